@@ -1,0 +1,51 @@
+# Finds what hpcps::hpcps needs. Included by our CMakeLists.txt and by the installed
+# hpcpsConfig.cmake, so a build tree and an installed package resolve dependencies the same way.
+#
+# Inside find_package(hpcps) we use find_dependency(): it forwards QUIET/REQUIRED and, when a
+# dependency is missing, sets hpcps_FOUND to FALSE with a message and return()s from this file
+# (hpcpsConfig.cmake checks for that). In our own build there is no find_package(hpcps) to report
+# to, so a missing dependency must stop the configure right here, with the dependency named.
+include(CMakeFindDependencyMacro)
+if(CMAKE_FIND_PACKAGE_NAME STREQUAL "hpcps")
+  macro(_hpcps_find_dependency)
+    find_dependency(${ARGN})
+  endmacro()
+else()
+  macro(_hpcps_find_dependency)
+    find_package(${ARGN} REQUIRED)
+  endmacro()
+endif()
+
+_hpcps_find_dependency(MPI COMPONENTS CXX)
+_hpcps_find_dependency(fmt)
+_hpcps_find_dependency(Eigen3 3.3 NO_MODULE)
+_hpcps_find_dependency(ZLIB)
+_hpcps_find_dependency(OpenMP COMPONENTS CXX)
+
+# OpenBLAS ships a config that sets variables only; wrap it in an imported target once.
+if(NOT TARGET hpcps::openblas)
+  find_package(OpenBLAS CONFIG QUIET)
+  if(OpenBLAS_FOUND)
+    add_library(hpcps::openblas INTERFACE IMPORTED)
+    set_target_properties(hpcps::openblas PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
+      INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
+  else()
+    find_package(PkgConfig QUIET)
+    if(PkgConfig_FOUND)
+      pkg_check_modules(HPCPS_OPENBLAS QUIET IMPORTED_TARGET openblas)
+    endif()
+    if(NOT HPCPS_OPENBLAS_FOUND)
+      set(_hpcps_openblas_msg
+        "hpcps needs OpenBLAS (CBLAS). On Debian: apt-get install libopenblas-dev")
+      if(CMAKE_FIND_PACKAGE_NAME STREQUAL "hpcps")
+        set(hpcps_NOT_FOUND_MESSAGE "${_hpcps_openblas_msg}")
+        set(hpcps_FOUND FALSE)
+        return()
+      endif()
+      message(FATAL_ERROR "${_hpcps_openblas_msg}")
+    endif()
+    add_library(hpcps::openblas INTERFACE IMPORTED)
+    set_target_properties(hpcps::openblas PROPERTIES INTERFACE_LINK_LIBRARIES PkgConfig::HPCPS_OPENBLAS)
+  endif()
+endif()
