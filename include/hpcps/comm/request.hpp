@@ -1,0 +1,230 @@
+#pragma once
+// Nonblocking operations as owned objects. A Request remembers which operation it came from
+// (call, peer, tag) only as a pointer and two ints, so waiting on it can fail with a message that
+// names the transfer without the happy path paying for a string.
+#include <hpcps/comm/error.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace hpcps::comm {
+
+namespace detail {
+
+// What a request was started by; `operation` and `peer_label` point at string literals.
+struct RequestOrigin {
+  const char* operation = "request";
+  const char* peer_label = "peer";
+  int peer = MPI_PROC_NULL;
+  int tag = 0;
+};
+
+// Ends an active request that nobody will wait for. Waiting could hang: the matching operation on
+// the other rank may never come, which is exactly the situation while an exception unwinds. So
+// the request is cancelled, tested once (a cancelled receive completes locally, after which the
+// buffer is certainly no longer used) and otherwise freed, which lets MPI finish it in the
+// background. Errors are ignored: there is no one left to report them to.
+inline void abandon(MPI_Request& request) noexcept {
+  if (request == MPI_REQUEST_NULL) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    request = MPI_REQUEST_NULL;
+    return;
+  }
+  MPI_Cancel(&request);
+  int done = 0;
+  if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) return;
+  if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+  request = MPI_REQUEST_NULL;
+}
+
+}  // namespace detail
+
+class Request;
+inline void wait_all(Request* first, std::size_t n);
+
+// Move-only owner of one MPI_Request. Inactive when default-constructed, moved from, or completed.
+// Destroying an active request abandons it (see detail::abandon): wait() first if the operation
+// must finish.
+class Request {
+ public:
+  Request() noexcept = default;
+  // Adopts `native`, which must have come from a nonblocking call; `origin` is for error messages.
+  Request(MPI_Request native, detail::RequestOrigin origin) noexcept : handle_(native), origin_(origin) {}
+
+  Request(Request&& other) noexcept
+      : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)), origin_(other.origin_) {}
+  Request& operator=(Request&& other) noexcept {
+    if (this != &other) {
+      detail::abandon(handle_);
+      handle_ = std::exchange(other.handle_, MPI_REQUEST_NULL);
+      origin_ = other.origin_;
+    }
+    return *this;
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request() { detail::abandon(handle_); }
+
+  // Blocks until the operation completes; a no-op on an inactive request.
+  void wait() {
+    check(MPI_Wait(&handle_, MPI_STATUS_IGNORE), "MPI_Wait", "{} {}={}, tag={}", origin_.operation,
+          origin_.peer_label, origin_.peer, origin_.tag);
+  }
+
+  // True once the operation has completed (then the request is inactive); true if already inactive.
+  bool test() {
+    int done = 0;
+    check(MPI_Test(&handle_, &done, MPI_STATUS_IGNORE), "MPI_Test", "{} {}={}, tag={}", origin_.operation,
+          origin_.peer_label, origin_.peer, origin_.tag);
+    return done != 0;
+  }
+
+  bool active() const noexcept { return handle_ != MPI_REQUEST_NULL; }
+  MPI_Request native() const noexcept { return handle_; }
+  const detail::RequestOrigin& origin() const noexcept { return origin_; }
+
+ private:
+  friend class RequestSet;
+  friend void wait_all(Request* first, std::size_t n);
+
+  MPI_Request handle_ = MPI_REQUEST_NULL;
+  detail::RequestOrigin origin_;
+};
+
+namespace detail {
+
+// After MPI_Waitall/Waitany failed with MPI_ERR_IN_STATUS: the first request whose own status
+// carries an error (MPI_ERR_PENDING means "not completed", not "failed").
+[[noreturn]] HPCPS_COMM_COLD inline void raise_in_status(int code, const char* call, const MPI_Status* statuses,
+                                                         const RequestOrigin* origins, std::size_t n,
+                                                         std::size_t offset, std::size_t total) {
+  if (code == MPI_ERR_IN_STATUS) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const int error = statuses[i].MPI_ERROR;
+      if (error != MPI_SUCCESS && error != MPI_ERR_PENDING) {
+        const RequestOrigin& o = origins[i];
+        const std::size_t index = offset + i;
+        detail::raise(error, call, "request {} of {}: {} {}={}, tag={}",
+                      fmt::make_format_args(index, total, o.operation, o.peer_label, o.peer, o.tag));
+      }
+    }
+  }
+  detail::raise(code, call, "{} requests", fmt::make_format_args(total));
+}
+
+}  // namespace detail
+
+// Waits for n requests without allocating: the native handles go through a fixed stack buffer in
+// chunks. Waiting chunk by chunk is equivalent to one MPI_Waitall, since every operation is
+// already started and MPI progresses all of them while it waits on any.
+inline void wait_all(Request* first, std::size_t n) {
+  constexpr std::size_t chunk = 64;
+  MPI_Request handles[chunk];
+  MPI_Status statuses[chunk];
+  detail::RequestOrigin origins[chunk];
+  for (std::size_t begin = 0; begin < n; begin += chunk) {
+    const std::size_t m = std::min(chunk, n - begin);
+    for (std::size_t i = 0; i < m; ++i) {
+      handles[i] = first[begin + i].handle_;
+      origins[i] = first[begin + i].origin_;
+    }
+    const int code = MPI_Waitall(static_cast<int>(m), handles, statuses);
+    // Write back before any throw, so completed requests are inactive and failed ones still owned.
+    for (std::size_t i = 0; i < m; ++i) first[begin + i].handle_ = handles[i];
+    if (HPCPS_COMM_UNLIKELY(code != MPI_SUCCESS)) {
+      detail::raise_in_status(code, "MPI_Waitall", statuses, origins, m, begin, n);
+    }
+  }
+}
+
+inline void wait_all(std::vector<Request>& requests) { wait_all(requests.data(), requests.size()); }
+
+// A reusable batch of requests for a loop that starts and completes the same kind of batch every
+// round (one training step). Its buffers grow to the largest batch and are kept by clear(), so
+// once reserve() or the first rounds have reached capacity, add/wait_all/wait_any/clear do not
+// allocate. Indices are the order of add() and stay valid until clear().
+class RequestSet {
+ public:
+  RequestSet() = default;
+  explicit RequestSet(std::size_t capacity) { reserve(capacity); }
+  RequestSet(RequestSet&&) noexcept = default;
+  RequestSet& operator=(RequestSet&& other) noexcept {
+    if (this != &other) {
+      clear();
+      handles_ = std::move(other.handles_);
+      origins_ = std::move(other.origins_);
+      statuses_ = std::move(other.statuses_);
+    }
+    return *this;
+  }
+  RequestSet(const RequestSet&) = delete;
+  RequestSet& operator=(const RequestSet&) = delete;
+  ~RequestSet() { clear(); }
+
+  void reserve(std::size_t n) {
+    handles_.reserve(n);
+    origins_.reserve(n);
+    if (statuses_.size() < n) statuses_.resize(n);
+  }
+
+  // Takes ownership of `request` (active or not) and returns its index.
+  std::size_t add(Request&& request) {
+    handles_.push_back(MPI_REQUEST_NULL);  // may throw: nothing taken from `request` yet
+    origins_.push_back(request.origin_);
+    handles_.back() = std::exchange(request.handle_, MPI_REQUEST_NULL);
+    return handles_.size() - 1;
+  }
+
+  std::size_t size() const noexcept { return handles_.size(); }
+  bool empty() const noexcept { return handles_.empty(); }
+  std::size_t capacity() const noexcept { return handles_.capacity(); }
+  bool active(std::size_t index) const noexcept { return handles_[index] != MPI_REQUEST_NULL; }
+
+  // Completes every request; they stay in the set, inactive, until clear().
+  void wait_all() {
+    if (handles_.empty()) return;
+    if (statuses_.size() < handles_.size()) statuses_.resize(handles_.size());
+    const int code = MPI_Waitall(static_cast<int>(handles_.size()), handles_.data(), statuses_.data());
+    if (HPCPS_COMM_UNLIKELY(code != MPI_SUCCESS)) {
+      detail::raise_in_status(code, "MPI_Waitall", statuses_.data(), origins_.data(), handles_.size(), 0,
+                              handles_.size());
+    }
+  }
+
+  // Completes one active request and returns its index (it becomes inactive), or -1 if none is
+  // active. Lets a caller consume results in arrival order.
+  int wait_any() {
+    int index = MPI_UNDEFINED;
+    MPI_Status status;
+    const int code = MPI_Waitany(static_cast<int>(handles_.size()), handles_.data(), &index, &status);
+    if (HPCPS_COMM_UNLIKELY(code != MPI_SUCCESS)) {
+      if (index != MPI_UNDEFINED && index >= 0) {
+        const detail::RequestOrigin& o = origins_[static_cast<std::size_t>(index)];
+        check(code, "MPI_Waitany", "request {} of {}: {} {}={}, tag={}", index, handles_.size(), o.operation,
+              o.peer_label, o.peer, o.tag);
+      }
+      check(code, "MPI_Waitany", "{} requests", handles_.size());
+    }
+    return index == MPI_UNDEFINED ? -1 : index;
+  }
+
+  // Empties the set, abandoning (cancelling) requests still active; keeps the capacity.
+  void clear() noexcept {
+    for (MPI_Request& handle : handles_) detail::abandon(handle);
+    handles_.clear();
+    origins_.clear();
+  }
+
+ private:
+  std::vector<MPI_Request> handles_;
+  std::vector<detail::RequestOrigin> origins_;
+  std::vector<MPI_Status> statuses_;
+};
+
+}  // namespace hpcps::comm
