@@ -1,0 +1,114 @@
+#pragma once
+// Serves shuffled mini-batches from one worker's shard of a Dataset. The order depends only on
+// (seed, epoch), so a run can be reproduced, or resumed at an epoch, without saving any state.
+// Rows are copied into buffers allocated once, so the training loop never allocates and the
+// pointers handed out stay valid (and equal) from batch to batch.
+#include <hpcps/data/dataset.hpp>
+#include <hpcps/data/random.hpp>
+#include <hpcps/data/shard.hpp>
+#include <hpcps/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace hpcps::data {
+
+// Valid until the next batch() or start_epoch() call on the Batcher that returned it.
+struct BatchView {
+  const float* inputs;          // count * features, row-major
+  const std::int32_t* labels;   // count
+  std::size_t count;
+};
+
+class Batcher {
+ public:
+  // `data` is referenced, not copied, and must outlive the Batcher. Starts at epoch 0.
+  Batcher(const Dataset& data, Range shard, std::size_t batch_size, std::uint64_t seed, bool drop_last = false)
+      : data_(&data), shard_(shard), batch_size_(batch_size), seed_(seed), drop_last_(drop_last) {
+    if (batch_size == 0) throw hpcps::Error("Batcher: batch_size must be at least 1, got 0");
+    if (shard.begin > shard.end || shard.end > data.count) {
+      throw hpcps::Error(fmt::format("Batcher: shard [{}, {}) is not inside the dataset's {} samples", shard.begin,
+                                     shard.end, data.count));
+    }
+    // Checked by division so a corrupt count * features cannot overflow into a match.
+    const bool images_match = data.features == 0 ? data.images.empty()
+                                                 : data.images.size() % data.features == 0 &&
+                                                       data.images.size() / data.features == data.count;
+    if (!images_match || data.labels.size() != data.count) {
+      throw hpcps::Error(fmt::format("Batcher: inconsistent Dataset: count {} and features {} but {} image floats "
+                                     "and {} labels",
+                                     data.count, data.features, data.images.size(), data.labels.size()));
+    }
+    // A batch never holds more rows than the shard, so a huge batch_size does not over-allocate.
+    const std::size_t rows = std::min(batch_size, shard.size());
+    inputs_.resize(rows * data.features);
+    labels_.resize(rows);
+    order_.resize(shard.size());
+    start_epoch(0);
+  }
+  // A temporary Dataset would be destroyed while the Batcher still points at it.
+  Batcher(Dataset&&, Range, std::size_t, std::uint64_t, bool = false) = delete;
+
+  std::size_t batches_per_epoch() const noexcept {
+    const std::size_t n = shard_.size();
+    return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  }
+
+  // Same (seed, epoch) gives the same permutation of the shard, whatever epochs came before.
+  void start_epoch(std::size_t epoch) {
+    std::iota(order_.begin(), order_.end(), shard_.begin);
+    Rng rng(epoch_seed(seed_, epoch));
+    shuffle(order_.begin(), order_.end(), rng);
+    epoch_ = epoch;
+  }
+
+  BatchView batch(std::size_t index) {
+    const std::size_t batches = batches_per_epoch();
+    if (index >= batches) {
+      throw hpcps::Error(fmt::format("Batcher: batch index {} out of range; this epoch has {} batches (shard of "
+                                     "{} samples, batch size {}{})",
+                                     index, batches, shard_.size(), batch_size_, drop_last_ ? ", drop_last" : ""));
+    }
+    const std::size_t first = index * batch_size_;
+    const std::size_t count = std::min(batch_size_, order_.size() - first);
+    const std::size_t features = data_->features;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t row = order_[first + i];
+      const float* src = data_->images.data() + row * features;
+      std::copy(src, src + features, inputs_.data() + i * features);
+      labels_[i] = data_->labels[row];
+    }
+    return BatchView{inputs_.data(), labels_.data(), count};
+  }
+
+  std::size_t batch_size() const noexcept { return batch_size_; }
+  Range shard() const noexcept { return shard_; }
+  std::size_t epoch() const noexcept { return epoch_; }
+
+ private:
+  // Hashing the seed before mixing in the epoch keeps (seed, epoch) and (seed + 1, epoch - 1)
+  // from landing on the same stream, which a plain sum would do.
+  static std::uint64_t epoch_seed(std::uint64_t seed, std::size_t epoch) noexcept {
+    std::uint64_t s = seed;
+    std::uint64_t h = splitmix64(s);
+    h ^= static_cast<std::uint64_t>(epoch);
+    return splitmix64(h);
+  }
+
+  const Dataset* data_;
+  Range shard_;
+  std::size_t batch_size_;
+  std::uint64_t seed_;
+  bool drop_last_;
+  std::size_t epoch_ = 0;
+  std::vector<std::size_t> order_;  // absolute row indices of the shard, in this epoch's order
+  std::vector<float> inputs_;
+  std::vector<std::int32_t> labels_;
+};
+
+}  // namespace hpcps::data
