@@ -1,0 +1,65 @@
+#pragma once
+// GEMM providers for the CPU backend. Both are well-kept libraries; which one is the default is a
+// measured choice (bench/gemm_shapes.cpp, docs/backends.md), not a guess.
+#include <cstddef>
+
+#include <Eigen/Core>
+#include <cblas.h>
+
+namespace hpcps::backend {
+
+enum class Transpose { no, yes };
+
+// C(m x n) = alpha * op(A)(m x k) * op(B)(k x n) + beta * C, all row-major.
+struct EigenGemm {
+  static constexpr const char* name = "eigen";
+
+  static void set_threads(int threads) { Eigen::setNbThreads(threads); }
+
+  static void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                   const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                   std::size_t ldc) {
+    using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using ConstMap = Eigen::Map<const Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+    using Map = Eigen::Map<Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
+    const auto rows_a = static_cast<Eigen::Index>(ta == Transpose::no ? m : k);
+    const auto cols_a = static_cast<Eigen::Index>(ta == Transpose::no ? k : m);
+    const auto rows_b = static_cast<Eigen::Index>(tb == Transpose::no ? k : n);
+    const auto cols_b = static_cast<Eigen::Index>(tb == Transpose::no ? n : k);
+    ConstMap A(a, rows_a, cols_a, Eigen::OuterStride<>(static_cast<Eigen::Index>(lda)));
+    ConstMap B(b, rows_b, cols_b, Eigen::OuterStride<>(static_cast<Eigen::Index>(ldb)));
+    Map C(c, static_cast<Eigen::Index>(m), static_cast<Eigen::Index>(n),
+          Eigen::OuterStride<>(static_cast<Eigen::Index>(ldc)));
+    // Four explicit cases keep Eigen on its GEMM kernel (an expression with a runtime transpose
+    // flag would not compile to one).
+    auto run = [&](const auto& op_a, const auto& op_b) {
+      if (beta == 0.0f) {
+        C.noalias() = alpha * op_a * op_b;
+      } else {
+        if (beta != 1.0f) C *= beta;
+        C.noalias() += alpha * op_a * op_b;
+      }
+    };
+    if (ta == Transpose::no && tb == Transpose::no) run(A, B);
+    else if (ta == Transpose::no) run(A, B.transpose());
+    else if (tb == Transpose::no) run(A.transpose(), B);
+    else run(A.transpose(), B.transpose());
+  }
+};
+
+struct CblasGemm {
+  static constexpr const char* name = "openblas";
+
+  static void set_threads(int threads) { openblas_set_num_threads(threads); }
+
+  static void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                   const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                   std::size_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta == Transpose::no ? CblasNoTrans : CblasTrans,
+                tb == Transpose::no ? CblasNoTrans : CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+                static_cast<int>(ldc));
+  }
+};
+
+}  // namespace hpcps::backend
