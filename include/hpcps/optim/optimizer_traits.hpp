@@ -1,0 +1,26 @@
+#pragma once
+// The update-rule concept (docs/architecture.md#the-optimizer-concept).
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+namespace hpcps::optim {
+namespace detail {
+
+template <class O, class = void>
+struct is_optimizer : std::false_type {};
+template <class O>
+struct is_optimizer<O, std::void_t<typename O::State, decltype(O::name),
+                                   decltype(std::declval<const O&>().make_state(std::size_t{})),
+                                   decltype(std::declval<const O&>().step(std::declval<typename O::State&>(),
+                                                                          (float*)nullptr, (const float*)nullptr,
+                                                                          std::size_t{}, std::size_t{}))>>
+    : std::true_type {};
+
+}  // namespace detail
+
+// State, name, make_state(shard_size), step(state, params, mean_grad, n, step_count).
+template <class O>
+inline constexpr bool is_optimizer_v = detail::is_optimizer<O>::value;
+
+}  // namespace hpcps::optim

@@ -1,0 +1,59 @@
+#pragma once
+// Who is who: ranks [0, W) are workers and ranks [W, W+S) are servers, so rank 0 is always a
+// worker (it holds the whole model and can report test accuracy). Server s owns the contiguous
+// range shard_range(P, s, S) of the flat parameter vector.
+#include <cstddef>
+
+#include <fmt/format.h>
+
+#include "hpcps/data/shard.hpp"
+#include "hpcps/error.hpp"
+
+namespace hpcps::ps {
+
+enum class Role { worker, server };
+
+// Message tags between workers and servers. Per (source, tag) pair MPI delivers in order, so the
+// clock of a message is implicit: the k-th push from a worker is its clock k.
+namespace tags {
+inline constexpr int push = 11;    // worker -> server: [sample count, gradient slice]
+inline constexpr int params = 12;  // server -> worker: parameter slice
+}  // namespace tags
+
+// Leading float of a push: number of samples summed into the slice, or one of these markers.
+namespace push_count {
+inline constexpr float idle = 0.0f;   // this worker had no batch at this clock
+inline constexpr float stop = -1.0f;  // this worker has finished: send it nothing more
+}  // namespace push_count
+
+class Layout {
+ public:
+  Layout(int world_size, int servers, std::size_t parameters) : servers_(servers), parameters_(parameters) {
+    if (servers < 1 || servers >= world_size) {
+      throw Error(fmt::format("ps::Layout: {} server(s) leave no worker among {} rank(s); "
+                              "run with more ranks (mpiexec -n {}) or fewer --servers",
+                              servers, world_size, servers + 1));
+    }
+    if (parameters < static_cast<std::size_t>(servers)) {
+      throw Error(fmt::format("ps::Layout: {} servers for only {} parameters", servers, parameters));
+    }
+    workers_ = world_size - servers;
+  }
+
+  int workers() const { return workers_; }
+  int servers() const { return servers_; }
+  std::size_t parameters() const { return parameters_; }
+  Role role(int rank) const { return rank < workers_ ? Role::worker : Role::server; }
+  int worker_rank(int worker) const { return worker; }
+  int server_rank(int server) const { return workers_ + server; }
+  int server_index(int rank) const { return rank - workers_; }
+  data::Range shard(int server) const {
+    return data::shard_range(parameters_, static_cast<std::size_t>(server), static_cast<std::size_t>(servers_));
+  }
+
+ private:
+  int workers_ = 0, servers_ = 0;
+  std::size_t parameters_ = 0;
+};
+
+}  // namespace hpcps::ps

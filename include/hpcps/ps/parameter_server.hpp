@@ -1,0 +1,102 @@
+#pragma once
+// The composition users write: a network type, a gradient backend, a synchronization strategy and
+// a server-side update rule, checked at compile time, then split at run time into worker and
+// server roles over MPI_COMM_WORLD.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "hpcps/backend/backend_traits.hpp"
+#include "hpcps/backend/cpu.hpp"
+#include "hpcps/comm/communicator.hpp"
+#include "hpcps/nn/network_traits.hpp"
+#include "hpcps/optim/optimizer_traits.hpp"
+#include "hpcps/optim/sgd.hpp"
+#include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/server.hpp"
+#include "hpcps/ps/worker.hpp"
+#include "hpcps/sync/sync_traits.hpp"
+#include "hpcps/sync/synchronous.hpp"
+
+namespace hpcps {
+
+template <class Network, class Backend = backend::Cpu, class Sync = sync::Synchronous, class Optimizer = optim::Sgd>
+class ParameterServer {
+  static_assert(nn::is_network_v<Network>,
+                "hpcps::ParameterServer: the first policy must be a network type with parameter_count(), "
+                "input_size(), output_size() and initialize(float*, uint64_t); see "
+                "docs/architecture.md#the-network-concept");
+  static_assert(backend::is_backend_v<Backend>,
+                "hpcps::ParameterServer: the second policy must be a gradient backend (buffer_type, "
+                "host_accessible, make_buffer, gemm, bias_activation, activation_backward, column_sums, "
+                "softmax_cross_entropy); see docs/architecture.md#the-backend-concept");
+  static_assert(sync::is_sync_v<Sync>,
+                "hpcps::ParameterServer: the third policy must be a synchronization strategy (name, "
+                "aggregates, staleness()); see docs/architecture.md#the-synchronization-concept");
+  static_assert(optim::is_optimizer_v<Optimizer>,
+                "hpcps::ParameterServer: the fourth policy must be an update rule (State, name, "
+                "make_state(n), step(state, params, grad, n, step)); see "
+                "docs/architecture.md#the-optimizer-concept");
+  static_assert(!backend::is_backend_v<Backend> || nn::is_network_for_v<Network, Backend>,
+                "hpcps::ParameterServer: the network type cannot compute on this backend: it needs "
+                "Workspace<Backend>, make_workspace(backend, max_batch), gradient(...) and evaluate(...); see "
+                "docs/architecture.md#the-network-concept");
+
+ public:
+  using network_type = Network;
+  using backend_type = Backend;
+  using sync_type = Sync;
+  using optimizer_type = Optimizer;
+  using worker_type = ps::Worker<Network, Backend>;
+  using server_type = ps::Server<Sync, Optimizer>;
+
+  struct Options {
+    int servers = 1;
+    std::size_t max_batch = 64;  // largest per-worker batch a step will be given
+    std::uint64_t seed = 1;      // parameter initialisation
+  };
+
+  ParameterServer(const comm::Communicator& world, Network network, Backend backend, Options options,
+                  Sync sync = Sync{}, Optimizer optimizer = Optimizer{})
+      : world_(world), layout_(world.size(), options.servers, network.parameter_count()), options_(options) {
+    if (layout_.role(world.rank()) == ps::Role::worker) {
+      worker_ = std::make_unique<worker_type>(world, layout_, network, backend, options.max_batch);
+    } else {
+      // Every server derives the same initial vector from the seed and keeps its own range, so
+      // no rank has to send the initial model.
+      std::vector<float> initial(network.parameter_count());
+      network.initialize(initial.data(), options.seed);
+      server_ = std::make_unique<server_type>(world, layout_, layout_.server_index(world.rank()), initial.data(),
+                                              sync, optimizer);
+    }
+  }
+
+  const ps::Layout& layout() const { return layout_; }
+  ps::Role role() const { return layout_.role(world_.rank()); }
+  bool is_worker() const { return worker_ != nullptr; }
+  bool is_server() const { return server_ != nullptr; }
+  int worker_index() const { return world_.rank(); }  // valid on workers
+  const Options& options() const { return options_; }
+  const comm::Communicator& world() const { return world_; }
+
+  worker_type& worker() {
+    if (!worker_) throw Error(fmt::format("ParameterServer::worker() called on rank {}, a server", world_.rank()));
+    return *worker_;
+  }
+  server_type& server() {
+    if (!server_) throw Error(fmt::format("ParameterServer::server() called on rank {}, a worker", world_.rank()));
+    return *server_;
+  }
+
+ private:
+  const comm::Communicator& world_;
+  ps::Layout layout_;
+  Options options_;
+  std::unique_ptr<worker_type> worker_;
+  std::unique_ptr<server_type> server_;
+};
+
+}  // namespace hpcps

@@ -1,0 +1,161 @@
+#pragma once
+// Epoch-level training over a ParameterServer: shards the training set across workers, splits the
+// global minibatch among them, runs every worker through the same number of clocks per epoch
+// (a worker whose shard is exhausted takes part with idle pushes, so uneven shards cannot hang the
+// servers), reports loss, accuracy, throughput and a time breakdown on rank 0.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "hpcps/comm/communicator.hpp"
+#include "hpcps/data/batcher.hpp"
+#include "hpcps/data/dataset.hpp"
+#include "hpcps/data/shard.hpp"
+#include "hpcps/error.hpp"
+#include "hpcps/metrics/stopwatch.hpp"
+#include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/ps/layout.hpp"
+
+namespace hpcps::ps {
+
+struct TrainOptions {
+  std::size_t epochs = 10;
+  std::size_t batch = 64;       // global minibatch per clock, split among the workers
+  std::uint64_t seed = 1;       // per-epoch shuffling
+  bool evaluate = true;         // test-set loss and accuracy on rank 0 after each epoch
+};
+
+struct EpochReport {
+  std::size_t epoch = 0;
+  double train_loss = 0.0, train_accuracy = 0.0;  // running, over the epoch's batches
+  double test_loss = 0.0, test_accuracy = 0.0;
+  std::size_t samples = 0;
+  double seconds = 0.0;            // training only, evaluation excluded
+  double samples_per_second = 0.0;
+  double eval_seconds = 0.0;
+  WorkerTimes times;               // mean over workers
+};
+
+struct TrainingReport {
+  std::vector<EpochReport> epochs;
+  double test_accuracy = 0.0;
+  double samples_per_second = 0.0;  // all training samples over all training seconds
+  double train_seconds = 0.0;
+  double wall_seconds = 0.0;        // the whole call, evaluation included
+  double server_wait = 0.0, server_update = 0.0;  // mean over servers
+  std::size_t server_updates = 0;
+  int workers = 0, servers = 0;
+};
+
+// Samples of the global minibatch that worker `w` of `workers` computes.
+inline std::size_t worker_batch(std::size_t global_batch, int worker, int workers) {
+  return data::shard_range(global_batch, static_cast<std::size_t>(worker), static_cast<std::size_t>(workers)).size();
+}
+
+// Runs on every rank of the ParameterServer's world. The returned report is complete on rank 0.
+template <class Server>
+TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dataset* test_set,
+                     const TrainOptions& options, const std::function<void(const EpochReport&)>& on_epoch = {}) {
+  const auto started = std::chrono::steady_clock::now();
+  const comm::Communicator& world = ps.world();
+  const Layout& layout = ps.layout();
+  const int workers = layout.workers();
+  // Every rank takes part in the split; workers then agree among themselves without the servers.
+  const comm::Communicator team = world.split(ps.is_worker() ? 0 : 1, world.rank());
+  TrainingReport report;
+  report.workers = workers;
+  report.servers = layout.servers();
+
+  if (ps.is_worker()) {
+    auto& worker = ps.worker();
+    const int w = ps.worker_index();
+    const std::size_t batch = worker_batch(options.batch, w, workers);
+    // Check every condition before the first collective, and agree on the verdict, so one
+    // worker's bad argument cannot leave the others waiting.
+    std::string problem;
+    if (options.batch < static_cast<std::size_t>(workers)) {
+      problem = fmt::format("global batch {} is smaller than the number of workers {}", options.batch, workers);
+    } else if (batch > ps.options().max_batch) {
+      problem = fmt::format("worker batch {} exceeds the ParameterServer's max_batch {}", batch, ps.options().max_batch);
+    } else if (train_set.features != worker.network().input_size()) {
+      problem = fmt::format("training data has {} features, the network takes {}", train_set.features,
+                            worker.network().input_size());
+    }
+    const int failures = team.allreduce_value(problem.empty() ? 0 : 1, MPI_SUM);
+    if (failures > 0) {
+      throw Error(problem.empty() ? fmt::format("ps::train: another worker rejected the options")
+                                  : fmt::format("ps::train: {}", problem));
+    }
+    const data::Range shard = data::shard_range(train_set.count, static_cast<std::size_t>(w),
+                                                static_cast<std::size_t>(workers));
+    data::Batcher batcher(train_set, shard, batch, options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(w));
+    const std::size_t clocks = team.allreduce_value(batcher.batches_per_epoch(), MPI_MAX);
+
+    worker.start();
+    for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
+      const auto epoch_started = std::chrono::steady_clock::now();
+      worker.reset_times();
+      batcher.start_epoch(epoch);
+      nn::BatchStats stats;
+      for (std::size_t c = 0; c < clocks; ++c) {
+        if (c < batcher.batches_per_epoch()) {
+          const data::BatchView b = batcher.batch(c);
+          stats += worker.step(b.inputs, b.labels, b.count);
+        } else {
+          worker.step(nullptr, nullptr, 0);
+        }
+      }
+      EpochReport e;
+      e.epoch = epoch + 1;
+      e.seconds = team.allreduce_value(metrics::seconds_since(epoch_started), MPI_MAX);
+      double sums[6] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.count),
+                        worker.times().compute, worker.times().communicate, worker.times().wait};
+      team.allreduce_in_place(sums, 6, MPI_SUM);
+      e.samples = static_cast<std::size_t>(sums[2]);
+      e.train_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+      e.train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+      e.times = {sums[3] / workers, sums[4] / workers, sums[5] / workers};
+      e.samples_per_second = e.seconds > 0 ? static_cast<double>(e.samples) / e.seconds : 0.0;
+      report.train_seconds += e.seconds;
+      if (w == 0 && options.evaluate && test_set != nullptr) {
+        const auto eval_started = std::chrono::steady_clock::now();
+        const nn::BatchStats t = worker.network().evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
+                                                           test_set->images.data(), test_set->labels.data(),
+                                                           test_set->count);
+        e.test_loss = t.mean_loss();
+        e.test_accuracy = t.accuracy();
+        e.eval_seconds = metrics::seconds_since(eval_started);
+      }
+      if (w == 0 && on_epoch) on_epoch(e);
+      report.epochs.push_back(e);
+    }
+    worker.finish();
+  } else {
+    ps.server().run();
+  }
+
+  // Server figures to rank 0 (a worker): the one collective both roles share after training.
+  double server_figures[3] = {0.0, 0.0, 0.0};
+  if (ps.is_server()) {
+    server_figures[0] = ps.server().stats().wait;
+    server_figures[1] = ps.server().stats().update;
+    server_figures[2] = static_cast<double>(ps.server().stats().updates);
+  }
+  world.allreduce_in_place(server_figures, 3, MPI_SUM);
+  report.server_wait = server_figures[0] / layout.servers();
+  report.server_update = server_figures[1] / layout.servers();
+  report.server_updates = static_cast<std::size_t>(server_figures[2]) / static_cast<std::size_t>(layout.servers());
+  std::size_t samples = 0;
+  for (const EpochReport& e : report.epochs) samples += e.samples;
+  report.samples_per_second = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
+  if (!report.epochs.empty()) report.test_accuracy = report.epochs.back().test_accuracy;
+  report.wall_seconds = metrics::seconds_since(started);
+  return report;
+}
+
+}  // namespace hpcps::ps

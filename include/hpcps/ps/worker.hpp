@@ -1,0 +1,148 @@
+#pragma once
+// A worker: computes the gradient of its batch, pushes one slice to each server, pulls the new
+// parameters back. Every MPI call of a step happens on the calling thread; the backend's threads
+// only compute. All buffers, requests and MPI datatypes are made in the constructor, so the
+// steady-state step allocates nothing.
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hpcps/comm/communicator.hpp"
+#include "hpcps/comm/request.hpp"
+#include "hpcps/comm/segments.hpp"
+#include "hpcps/error.hpp"
+#include "hpcps/metrics/stopwatch.hpp"
+#include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/ps/layout.hpp"
+
+namespace hpcps::ps {
+
+// Seconds a worker spent in each phase of its steps.
+struct WorkerTimes {
+  double compute = 0.0;      // gradient of the batch
+  double communicate = 0.0;  // posting the pushes and pulls, until every push has left
+  double wait = 0.0;         // after that, until every parameter slice has arrived
+};
+
+template <class Network, class Backend>
+class Worker {
+ public:
+  Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
+         std::size_t max_batch)
+      : world_(world),
+        layout_(layout),
+        network_(network),
+        backend_(backend),
+        workspace_(network.make_workspace(backend, max_batch)),
+        params_(layout.parameters(), 0.0f),
+        grad_(layout.parameters(), 0.0f) {
+    if (max_batch > (std::size_t{1} << 24)) {
+      // The sample count travels as the leading float of a push; floats count exactly to 2^24.
+      throw Error(fmt::format("ps::Worker: batch of {} exceeds the largest supported ({})", max_batch, 1 << 24));
+    }
+    if constexpr (!Backend::host_accessible) {
+      device_params_ = backend.make_buffer(layout.parameters());
+      device_grad_ = backend.make_buffer(layout.parameters());
+    }
+    for (int s = 0; s < layout.servers(); ++s) {
+      const data::Range r = layout.shard(s);
+      full_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}, {grad_.data() + r.begin, r.size()}});
+      count_only_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}});
+    }
+    sends_.reserve(static_cast<std::size_t>(layout.servers()));
+    receives_.reserve(static_cast<std::size_t>(layout.servers()));
+  }
+
+  // Receives the initial parameters every server sends before its first clock.
+  void start() {
+    post_pulls();
+    receives_.wait_all();
+    receives_.clear();
+    after_pull();
+  }
+
+  // One clock: gradient of `count` samples (0 means this worker has no batch at this clock but
+  // still takes part in it), push, pull.
+  nn::BatchStats step(const float* inputs, const std::int32_t* labels, std::size_t count) {
+    clock_.start();
+    nn::BatchStats stats;
+    if (count > 0) {
+      stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
+      if constexpr (!Backend::host_accessible) backend_.download(Backend::data(device_grad_), grad_.size(), grad_.data());
+    }
+    clock_.charge(times_.compute);
+    count_slot_ = static_cast<float>(count);
+    for (int s = 0; s < layout_.servers(); ++s) {
+      const auto& message = count > 0 ? full_push_[static_cast<std::size_t>(s)] : count_only_push_[static_cast<std::size_t>(s)];
+      sends_.add(message.isend(world_, layout_.server_rank(s), tags::push));
+    }
+    post_pulls();
+    sends_.wait_all();
+    sends_.clear();
+    clock_.charge(times_.communicate);
+    receives_.wait_all();
+    receives_.clear();
+    after_pull();
+    clock_.charge(times_.wait);
+    ++clock_count_;
+    return stats;
+  }
+
+  // Tells every server this worker is done; no reply comes.
+  void finish() {
+    count_slot_ = push_count::stop;
+    for (int s = 0; s < layout_.servers(); ++s) {
+      sends_.add(count_only_push_[static_cast<std::size_t>(s)].isend(world_, layout_.server_rank(s), tags::push));
+    }
+    sends_.wait_all();
+    sends_.clear();
+  }
+
+  // The newest parameters this worker received (host memory).
+  const std::vector<float>& parameters() const { return params_; }
+  // Parameters where the backend computes (device memory for a device backend).
+  const float* compute_params() const {
+    if constexpr (Backend::host_accessible) return params_.data();
+    else return Backend::data(device_params_);
+  }
+  const Network& network() const { return network_; }
+  const Backend& backend() const { return backend_; }
+  typename Network::template Workspace<Backend>& workspace() { return workspace_; }
+  const WorkerTimes& times() const { return times_; }
+  void reset_times() { times_ = {}; }
+  std::size_t clocks() const { return clock_count_; }
+
+ private:
+  float* compute_grad() {
+    if constexpr (Backend::host_accessible) return grad_.data();
+    else return Backend::data(device_grad_);
+  }
+  void post_pulls() {
+    for (int s = 0; s < layout_.servers(); ++s) {
+      const data::Range r = layout_.shard(s);
+      receives_.add(world_.irecv(params_.data() + r.begin, r.size(), layout_.server_rank(s), tags::params));
+    }
+  }
+  void after_pull() {
+    if constexpr (!Backend::host_accessible) backend_.upload(params_.data(), params_.size(), Backend::data(device_params_));
+  }
+
+  const comm::Communicator& world_;
+  Layout layout_;
+  Network network_;
+  Backend backend_;
+  typename Network::template Workspace<Backend> workspace_;
+  std::vector<float> params_, grad_;
+  typename Backend::buffer_type device_params_{}, device_grad_{};
+  float count_slot_ = 0.0f;
+  std::vector<comm::FloatSegments> full_push_, count_only_push_;
+  comm::RequestSet sends_, receives_;
+  metrics::PhaseClock clock_;
+  WorkerTimes times_;
+  std::size_t clock_count_ = 0;
+};
+
+}  // namespace hpcps::ps

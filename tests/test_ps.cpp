@@ -1,0 +1,170 @@
+// The synchronous parameter server under mpiexec: roles and sharding, the defining property of
+// synchronous data parallelism (W workers with batch b == one worker with batch W*b over the same
+// samples), reproducibility, and uneven shards ending cleanly.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "hpcps/hpcps.hpp"
+
+namespace {
+
+using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
+using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::Sgd>;
+
+hpcps::data::Dataset synthetic(std::size_t count, std::size_t features, std::size_t classes, std::uint64_t seed) {
+  hpcps::data::Rng rng(seed);
+  hpcps::data::Dataset d;
+  d.count = count;
+  d.features = features;
+  d.classes = classes;
+  d.images.resize(count * features);
+  d.labels.resize(count);
+  for (float& v : d.images) v = hpcps::data::uniform_float(rng);
+  for (auto& l : d.labels) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, classes));
+  return d;
+}
+
+// Plain minibatch SGD in one process: the reference a synchronous PS must reproduce.
+std::vector<float> sequential_sgd(const Net& net, const hpcps::data::Dataset& d, std::size_t global_batch,
+                                  std::size_t steps, float lr, std::uint64_t seed) {
+  const hpcps::backend::Cpu backend(1);
+  std::vector<float> params(net.parameter_count()), grad(net.parameter_count());
+  net.initialize(params.data(), seed);
+  auto ws = net.make_workspace(backend, global_batch);
+  for (std::size_t t = 0; t < steps; ++t) {
+    const std::size_t first = t * global_batch;
+    net.gradient(backend, ws, params.data(), d.images.data() + first * d.features, d.labels.data() + first,
+                 global_batch, grad.data());
+    for (std::size_t i = 0; i < params.size(); ++i) params[i] -= lr * grad[i] / static_cast<float>(global_batch);
+  }
+  return params;
+}
+
+double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::max(1e-3, std::abs(static_cast<double>(b[i]))));
+  }
+  return worst;
+}
+
+// FNV-1a over the bytes: equal on every worker iff their parameters are bitwise equal.
+std::uint64_t fingerprint(const std::vector<float>& v) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("parameter shards are balanced, contiguous and cover the vector", "[ps]") {
+  const auto world = hpcps::comm::Communicator::world();
+  for (int servers = 1; servers < world.size(); ++servers) {
+    const hpcps::ps::Layout layout(world.size(), servers, 1001);
+    CHECK(layout.workers() == world.size() - servers);
+    std::size_t next = 0;
+    for (int s = 0; s < servers; ++s) {
+      const auto r = layout.shard(s);
+      CHECK(r.begin == next);
+      CHECK((r.size() == 1001 / servers || r.size() == 1001 / servers + 1));
+      next = r.end;
+      CHECK(layout.role(layout.server_rank(s)) == hpcps::ps::Role::server);
+    }
+    CHECK(next == 1001);
+    CHECK(layout.role(0) == hpcps::ps::Role::worker);
+  }
+  CHECK_THROWS_WITH(hpcps::ps::Layout(world.size(), world.size(), 10), Catch::Contains("leave no worker"));
+  CHECK_THROWS_WITH(hpcps::ps::Layout(4, 3, 2), Catch::Contains("3 servers for only 2 parameters"));
+}
+
+TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  const Net net({12, 10, 7, 3});
+  const float lr = 0.5f;
+  const std::size_t b = 4, steps = 6;
+  for (int servers = 1; servers < world.size(); ++servers) {
+    const int workers = world.size() - servers;
+    const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), 12, 3, 77);
+    Ps::Options options;
+    options.servers = servers;
+    options.max_batch = b;
+    options.seed = 5;
+    Ps ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::Sgd(lr));
+    std::vector<float> trained;
+    if (ps.is_worker()) {
+      auto& worker = ps.worker();
+      worker.start();
+      for (std::size_t t = 0; t < steps; ++t) {
+        // Worker w takes the w-th b-sample block of the global batch of step t.
+        const std::size_t first = (t * static_cast<std::size_t>(workers) + static_cast<std::size_t>(ps.worker_index())) * b;
+        worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
+      }
+      worker.finish();
+      trained = worker.parameters();
+    } else {
+      ps.server().run();
+      CHECK(ps.server().stats().updates == steps);
+      for (std::size_t pushes : ps.server().stats().pushes_per_worker) CHECK(pushes == steps);
+    }
+    if (ps.is_worker()) {
+      const auto reference = sequential_sgd(net, data, b * static_cast<std::size_t>(workers), steps, lr, 5);
+      INFO("servers " << servers << ", workers " << workers);
+      CHECK(max_relative_difference(trained, reference) < 1e-4);
+      // And the parameters really moved: the comparison is not between two initial vectors.
+      std::vector<float> initial(net.parameter_count());
+      net.initialize(initial.data(), 5);
+      CHECK(max_relative_difference(initial, reference) > 1e-2);
+    }
+    world.barrier();
+  }
+}
+
+TEST_CASE("synchronous training is reproducible and uneven shards end cleanly", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  const Net net({6, 8, 4});
+  // 23 samples over up to 3 workers with a global batch of 5: shards of 8/8/7 samples give
+  // workers different numbers of batches per epoch, so some clocks see idle pushes.
+  const auto train = synthetic(23, 6, 4, 3);
+  const auto test = synthetic(10, 6, 4, 4);
+  hpcps::ps::TrainOptions options;
+  options.epochs = 3;
+  options.batch = 5;
+  options.seed = 9;
+  std::uint64_t prints[2] = {0, 0};
+  std::size_t updates[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    Ps::Options ps_options;
+    ps_options.servers = 1;
+    ps_options.max_batch = 5;
+    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::Sgd(0.3f));
+    const auto report = hpcps::ps::train(ps, train, &test, options);
+    if (ps.is_worker()) {
+      prints[run] = fingerprint(ps.worker().parameters());
+      CHECK(report.epochs.size() == 3);
+      std::size_t samples = 0;
+      for (const auto& e : report.epochs) samples += e.samples;
+      CHECK(samples == 3 * 23);  // every sample of every epoch was trained on, by someone
+    }
+    updates[run] = report.server_updates;
+  }
+  CHECK(prints[0] == prints[1]);
+  CHECK(updates[0] == updates[1]);
+  CHECK(updates[0] > 0);
+  // Every worker ends with the same parameters: they all applied the same server updates.
+  const std::uint64_t mine = prints[0];
+  const std::uint64_t low = world.allreduce_value(world.rank() < world.size() - 1 ? mine : ~0ull, MPI_MIN);
+  const std::uint64_t high = world.allreduce_value(world.rank() < world.size() - 1 ? mine : 0ull, MPI_MAX);
+  CHECK(low == high);
+}
