@@ -12,7 +12,7 @@
 namespace {
 
 using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
-using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::Sgd>;
+using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
 
 hpcps::data::Dataset synthetic(std::size_t count, std::size_t features, std::size_t classes, std::uint64_t seed) {
   hpcps::data::Rng rng(seed);
@@ -98,7 +98,7 @@ TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mp
     options.servers = servers;
     options.max_batch = b;
     options.seed = 5;
-    Ps ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::Sgd(lr));
+    Ps ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
     std::vector<float> trained;
     if (ps.is_worker()) {
       auto& worker = ps.worker();
@@ -149,7 +149,7 @@ TEST_CASE("synchronous training is reproducible and uneven shards end cleanly", 
     Ps::Options ps_options;
     ps_options.servers = 1;
     ps_options.max_batch = 5;
-    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::Sgd(0.3f));
+    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
     const auto report = hpcps::ps::train(ps, train, &test, options);
     if (ps.is_worker()) {
       prints[run] = fingerprint(ps.worker().parameters());

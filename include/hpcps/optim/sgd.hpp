@@ -1,41 +1,114 @@
 #pragma once
-// Plain stochastic gradient descent with optional L2 weight decay, applied by a server to the
-// shard it owns. Stateless, so its State is empty; stateful rules keep theirs per shard.
+// Stochastic gradient descent run by a server on the shard it owns. The step direction is a
+// policy (ensmallen's SGD<UpdatePolicy> idea): VanillaUpdate or MomentumUpdate, each with its
+// per-shard State, so `Sgd<MomentumUpdate>` keeps its velocity beside the parameters it updates.
 #include <cstddef>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "hpcps/error.hpp"
+#include "hpcps/optim/schedule.hpp"
 
 namespace hpcps::optim {
 
-class Sgd {
- public:
+// params -= lr * g
+struct VanillaUpdate {
   static constexpr const char* name = "sgd";
   struct State {};
-
-  explicit Sgd(float learning_rate = 0.1f, float weight_decay = 0.0f)
-      : learning_rate_(learning_rate), weight_decay_(weight_decay) {
-    if (!(learning_rate > 0.0f)) throw Error(fmt::format("optim::Sgd: learning rate must be > 0, got {}", learning_rate));
-    if (!(weight_decay >= 0.0f)) throw Error(fmt::format("optim::Sgd: weight decay must be >= 0, got {}", weight_decay));
-  }
-
-  float learning_rate() const { return learning_rate_; }
-  float weight_decay() const { return weight_decay_; }
-
-  State make_state(std::size_t /*shard_size*/) const { return {}; }
-
-  // params -= lr * (grad + wd * params). `grad` is the mean gradient over the clock's samples.
-  void step(State&, float* params, const float* grad, std::size_t n, std::size_t /*step*/) const {
-    const float lr = learning_rate_, wd = weight_decay_;
+  State make_state(std::size_t) const { return {}; }
+  void apply(State&, float* params, const float* g, std::size_t n, float lr) const {
 #pragma omp simd
-    for (std::size_t i = 0; i < n; ++i) params[i] -= lr * (grad[i] + wd * params[i]);
+    for (std::size_t i = 0; i < n; ++i) params[i] -= lr * g[i];
+  }
+};
+
+// Heavy-ball momentum, v = mu * v + g; params -= lr * v, or with Nesterov's correction
+// params -= lr * (g + mu * v) (the form PyTorch's SGD uses, so hyperparameters carry over).
+class MomentumUpdate {
+ public:
+  static constexpr const char* name = "momentum";
+  struct State {
+    std::vector<float> velocity;
+  };
+
+  explicit MomentumUpdate(float momentum = 0.9f, bool nesterov = false) : momentum_(momentum), nesterov_(nesterov) {
+    if (!(momentum >= 0.0f && momentum < 1.0f)) {
+      throw Error(fmt::format("optim::MomentumUpdate: momentum must be in [0, 1), got {}", momentum));
+    }
+  }
+  float momentum() const { return momentum_; }
+  bool nesterov() const { return nesterov_; }
+
+  State make_state(std::size_t n) const { return State{std::vector<float>(n, 0.0f)}; }
+  void apply(State& state, float* params, const float* g, std::size_t n, float lr) const {
+    float* v = state.velocity.data();
+    const float mu = momentum_;
+    if (nesterov_) {
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) {
+        v[i] = mu * v[i] + g[i];
+        params[i] -= lr * (g[i] + mu * v[i]);
+      }
+    } else {
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) {
+        v[i] = mu * v[i] + g[i];
+        params[i] -= lr * v[i];
+      }
+    }
   }
 
  private:
-  float learning_rate_, weight_decay_;
+  float momentum_;
+  bool nesterov_;
 };
 
-using StandardSgd = Sgd;
+template <class Update = VanillaUpdate>
+class Sgd {
+ public:
+  static constexpr const char* name = Update::name;
+  using update_type = Update;
+  struct State {
+    typename Update::State update;
+    std::vector<float> decayed;  // g + wd * params, only when weight decay is on
+  };
+
+  explicit Sgd(float learning_rate = 0.1f, float weight_decay = 0.0f, Update update = Update{})
+      : Sgd(Schedule::constant(learning_rate), weight_decay, update) {}
+  Sgd(Schedule schedule, float weight_decay, Update update = Update{})
+      : schedule_(schedule), weight_decay_(weight_decay), update_(update) {
+    if (!(weight_decay >= 0.0f)) throw Error(fmt::format("optim::Sgd: weight decay must be >= 0, got {}", weight_decay));
+  }
+
+  const Schedule& schedule() const { return schedule_; }
+  float weight_decay() const { return weight_decay_; }
+  const Update& update() const { return update_; }
+
+  State make_state(std::size_t shard_size) const {
+    return State{update_.make_state(shard_size), std::vector<float>(weight_decay_ > 0.0f ? shard_size : 0, 0.0f)};
+  }
+
+  // One update of a shard of n parameters with the mean gradient `grad` of the clock's samples.
+  void step(State& state, float* params, const float* grad, std::size_t n, std::size_t step) const {
+    const float* g = grad;
+    if (weight_decay_ > 0.0f) {
+      float* d = state.decayed.data();
+      const float wd = weight_decay_;
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) d[i] = grad[i] + wd * params[i];
+      g = d;
+    }
+    update_.apply(state.update, params, g, n, schedule_.at(step));
+  }
+
+ private:
+  Schedule schedule_;
+  float weight_decay_;
+  Update update_;
+};
+
+using StandardSgd = Sgd<VanillaUpdate>;
+using MomentumSgd = Sgd<MomentumUpdate>;
 
 }  // namespace hpcps::optim

@@ -23,7 +23,7 @@
 
 namespace hpcps {
 
-template <class Network, class Backend = backend::Cpu, class Sync = sync::Synchronous, class Optimizer = optim::Sgd>
+template <class Network, class Backend = backend::Cpu, class Sync = sync::Synchronous, class Optimizer = optim::StandardSgd>
 class ParameterServer {
   static_assert(nn::is_network_v<Network>,
                 "hpcps::ParameterServer: the first policy must be a network type with parameter_count(), "

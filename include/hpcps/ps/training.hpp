@@ -3,6 +3,8 @@
 // global minibatch among them, runs every worker through the same number of clocks per epoch
 // (a worker whose shard is exhausted takes part with idle pushes, so uneven shards cannot hang the
 // servers), reports loss, accuracy, throughput and a time breakdown on rank 0.
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -57,6 +59,20 @@ inline std::size_t worker_batch(std::size_t global_batch, int worker, int worker
   return data::shard_range(global_batch, static_cast<std::size_t>(worker), static_cast<std::size_t>(workers)).size();
 }
 
+// Clocks in one epoch: enough for the worker with the most batches (ceil(shard / batch)); the
+// others take part in the remaining clocks with idle pushes. A pure function of the numbers, so
+// every rank (servers and a learning-rate schedule too) knows it without communication.
+inline std::size_t clocks_per_epoch(std::size_t samples, std::size_t global_batch, int workers) {
+  std::size_t clocks = 0;
+  for (int w = 0; w < workers; ++w) {
+    const std::size_t shard =
+        data::shard_range(samples, static_cast<std::size_t>(w), static_cast<std::size_t>(workers)).size();
+    const std::size_t batch = worker_batch(global_batch, w, workers);
+    if (batch > 0) clocks = std::max(clocks, (shard + batch - 1) / batch);
+  }
+  return clocks;
+}
+
 // Runs on every rank of the ParameterServer's world. The returned report is complete on rank 0.
 template <class Server>
 TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dataset* test_set,
@@ -94,7 +110,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     const data::Range shard = data::shard_range(train_set.count, static_cast<std::size_t>(w),
                                                 static_cast<std::size_t>(workers));
     data::Batcher batcher(train_set, shard, batch, options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(w));
-    const std::size_t clocks = team.allreduce_value(batcher.batches_per_epoch(), MPI_MAX);
+    const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch, workers);
 
     worker.start();
     for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {

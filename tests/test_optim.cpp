@@ -1,0 +1,81 @@
+// Server-side update rules and learning-rate schedules against hand-computed values.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "hpcps/optim/optimizer_traits.hpp"
+#include "hpcps/optim/schedule.hpp"
+#include "hpcps/optim/sgd.hpp"
+
+using hpcps::optim::MomentumSgd;
+using hpcps::optim::MomentumUpdate;
+using hpcps::optim::Schedule;
+using hpcps::optim::StandardSgd;
+
+static_assert(hpcps::optim::is_optimizer_v<StandardSgd>);
+static_assert(hpcps::optim::is_optimizer_v<MomentumSgd>);
+static_assert(!hpcps::optim::is_optimizer_v<MomentumUpdate>);
+
+TEST_CASE("plain SGD with and without weight decay", "[optim]") {
+  std::vector<float> p{1.0f, -2.0f, 0.5f};
+  const std::vector<float> g{0.5f, 1.0f, -1.0f};
+  const StandardSgd sgd(0.1f);
+  auto state = sgd.make_state(p.size());
+  sgd.step(state, p.data(), g.data(), p.size(), 0);
+  CHECK(p[0] == Approx(0.95f));
+  CHECK(p[1] == Approx(-2.1f));
+  CHECK(p[2] == Approx(0.6f));
+
+  std::vector<float> q{1.0f, -2.0f};
+  const StandardSgd decayed(0.1f, 0.01f);
+  auto s2 = decayed.make_state(q.size());
+  decayed.step(s2, q.data(), g.data(), q.size(), 0);
+  CHECK(q[0] == Approx(1.0f - 0.1f * (0.5f + 0.01f * 1.0f)));
+  CHECK(q[1] == Approx(-2.0f - 0.1f * (1.0f + 0.01f * -2.0f)));
+}
+
+TEST_CASE("momentum and Nesterov follow their recurrences", "[optim]") {
+  const float lr = 0.1f, mu = 0.9f;
+  const std::vector<float> grads{1.0f, 0.5f, -0.25f};
+  for (bool nesterov : {false, true}) {
+    const MomentumSgd opt(lr, 0.0f, MomentumUpdate(mu, nesterov));
+    auto state = opt.make_state(1);
+    float p = 2.0f;
+    double ref = 2.0, v = 0.0;
+    for (std::size_t t = 0; t < grads.size(); ++t) {
+      opt.step(state, &p, &grads[t], 1, t);
+      v = mu * v + grads[t];
+      ref -= lr * (nesterov ? grads[t] + mu * v : v);
+      CHECK(p == Approx(ref).epsilon(1e-6));
+    }
+  }
+  CHECK_THROWS_AS(MomentumUpdate(1.0f), hpcps::Error);
+  CHECK_THROWS_AS(StandardSgd(0.0f), hpcps::Error);
+  CHECK_THROWS_AS(StandardSgd(0.1f, -1.0f), hpcps::Error);
+}
+
+TEST_CASE("learning-rate schedules", "[optim]") {
+  const auto c = Schedule::constant(0.5f);
+  CHECK(c.at(0) == 0.5f);
+  CHECK(c.at(1000000) == 0.5f);
+  const auto s = Schedule::step_decay(1.0f, 10, 0.1f);
+  CHECK(s.at(9) == Approx(1.0f));
+  CHECK(s.at(10) == Approx(0.1f));
+  CHECK(s.at(25) == Approx(0.01f));
+  const auto cos = Schedule::cosine(1.0f, 100, 0.1f);
+  CHECK(cos.at(0) == Approx(1.0f));
+  CHECK(cos.at(50) == Approx(0.55f));
+  CHECK(cos.at(100) == Approx(0.1f));
+  CHECK(cos.at(1000) == Approx(0.1f));
+  // The schedule reaches the update: step 50 of a cosine over 100 moves half as far as step 0.
+  const StandardSgd sgd(Schedule::cosine(1.0f, 100), 0.0f);
+  auto state = sgd.make_state(1);
+  float p = 0.0f;
+  const float g = 1.0f;
+  sgd.step(state, &p, &g, 1, 50);
+  CHECK(p == Approx(-0.5f));
+  CHECK_THROWS_AS(Schedule::constant(0.0f), hpcps::Error);
+  CHECK_THROWS_AS(Schedule::step_decay(0.1f, 0, 0.5f), hpcps::Error);
+  CHECK_THROWS_AS(Schedule::cosine(0.1f, 10, 0.5f), hpcps::Error);
+}
