@@ -59,7 +59,7 @@ double worst_gradient_error(const Network& net, const Backend& backend, const Ba
 }  // namespace
 
 static_assert(hpcps::backend::is_backend_v<hpcps::backend::Cpu>);
-static_assert(hpcps::backend::is_backend_v<hpcps::backend::CpuBlas>);
+static_assert(hpcps::backend::is_backend_v<hpcps::backend::CpuEigen>);
 static_assert(!hpcps::backend::is_backend_v<int>);
 static_assert(hpcps::nn::is_network_v<hpcps::nn::Mlp<>>);
 static_assert(hpcps::nn::is_network_v<hpcps::nn::SoftmaxRegression>);
@@ -67,7 +67,7 @@ static_assert(hpcps::nn::is_network_for_v<hpcps::nn::Mlp<hpcps::nn::Tanh>, hpcps
 static_assert(!hpcps::nn::is_network_v<hpcps::backend::Cpu>);
 
 TEMPLATE_TEST_CASE("MLP gradients match central finite differences", "[nn]", hpcps::backend::Cpu,
-                   hpcps::backend::CpuBlas) {
+                   hpcps::backend::CpuEigen) {
   const TestType backend(1);
   const Batch batch = random_batch(6, 7, 4, 11);
   SECTION("relu") { CHECK(worst_gradient_error(hpcps::nn::Mlp<hpcps::nn::Relu>({7, 9, 5, 4}), backend, batch, 3) < 2e-2); }
@@ -101,7 +101,7 @@ TEST_CASE("a wrong gradient is caught by the finite-difference check", "[nn]") {
 }
 
 TEMPLATE_TEST_CASE("GEMM providers agree on every transpose case", "[backend]", hpcps::backend::Cpu,
-                   hpcps::backend::CpuBlas) {
+                   hpcps::backend::CpuEigen) {
   using hpcps::backend::Transpose;
   const TestType backend(1);
   const std::size_t m = 5, n = 7, k = 3;
