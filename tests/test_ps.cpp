@@ -14,6 +14,7 @@ namespace {
 using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
 using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
 
+
 hpcps::data::Dataset synthetic(std::size_t count, std::size_t features, std::size_t classes, std::uint64_t seed) {
   hpcps::data::Rng rng(seed);
   hpcps::data::Dataset d;
@@ -28,7 +29,8 @@ hpcps::data::Dataset synthetic(std::size_t count, std::size_t features, std::siz
 }
 
 // Plain minibatch SGD in one process: the reference a synchronous PS must reproduce.
-std::vector<float> sequential_sgd(const Net& net, const hpcps::data::Dataset& d, std::size_t global_batch,
+template <class Network>
+std::vector<float> sequential_sgd(const Network& net, const hpcps::data::Dataset& d, std::size_t global_batch,
                                   std::size_t steps, float lr, std::uint64_t seed) {
   const hpcps::backend::Cpu backend(1);
   std::vector<float> params(net.parameter_count()), grad(net.parameter_count());
@@ -82,23 +84,25 @@ TEST_CASE("parameter shards are balanced, contiguous and cover the vector", "[ps
   CHECK_THROWS_WITH(hpcps::ps::Layout(4, 3, 2), Catch::Contains("3 servers for only 2 parameters"));
 }
 
-TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mpi]") {
+namespace {
+
+// The defining property of synchronous data parallelism, for any network type: W workers with
+// batch b produce the parameters of one worker with batch W*b over the same samples, for every
+// split of the ranks into workers and servers.
+template <class Network>
+void check_equivalence(const Network& net) {
+  using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs at least 2 ranks (a worker and a server)");
-    return;
-  }
-  const Net net({12, 10, 7, 3});
   const float lr = 0.5f;
   const std::size_t b = 4, steps = 6;
   for (int servers = 1; servers < world.size(); ++servers) {
     const int workers = world.size() - servers;
-    const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), 12, 3, 77);
-    Ps::Options options;
+    const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), net.input_size(), net.output_size(), 77);
+    typename Server::Options options;
     options.servers = servers;
     options.max_batch = b;
     options.seed = 5;
-    Ps ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
+    Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
     std::vector<float> trained;
     if (ps.is_worker()) {
       auto& worker = ps.worker();
@@ -117,7 +121,7 @@ TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mp
     }
     if (ps.is_worker()) {
       const auto reference = sequential_sgd(net, data, b * static_cast<std::size_t>(workers), steps, lr, 5);
-      INFO("servers " << servers << ", workers " << workers);
+      INFO(net.describe() << ", servers " << servers << ", workers " << workers);
       CHECK(max_relative_difference(trained, reference) < 1e-4);
       // And the parameters really moved: the comparison is not between two initial vectors.
       std::vector<float> initial(net.parameter_count());
@@ -126,6 +130,18 @@ TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mp
     }
     world.barrier();
   }
+}
+
+}  // namespace
+
+TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  SECTION("mlp") { check_equivalence(Net({12, 10, 7, 3})); }
+  SECTION("softmax regression") { check_equivalence(hpcps::nn::SoftmaxRegression(12, 3)); }
 }
 
 TEST_CASE("synchronous training is reproducible and uneven shards end cleanly", "[ps][mpi]") {
