@@ -33,7 +33,8 @@ class JsonWriter {
   JsonWriter& value(const char* s) { return value(std::string_view(s)); }
   JsonWriter& value(bool b) { return raw(b ? "true" : "false"); }
   JsonWriter& value(double d) { return std::isfinite(d) ? raw(fmt::format("{}", d)) : raw("null"); }
-  JsonWriter& value(float d) { return value(static_cast<double>(d)); }
+  // Shortest text that reads back as the same float: 0.02f prints as 0.02, not 0.0199999995.
+  JsonWriter& value(float d) { return std::isfinite(d) ? raw(fmt::format("{}", d)) : raw("null"); }
   JsonWriter& value(int v) { return raw(fmt::format("{}", v)); }
   JsonWriter& value(long v) { return raw(fmt::format("{}", v)); }
   JsonWriter& value(long long v) { return raw(fmt::format("{}", v)); }

@@ -59,20 +59,27 @@ class ParameterServer {
     std::uint64_t seed = 1;      // parameter initialisation
   };
 
+  // Collective over `world`: every rank constructs its ParameterServer. The server works on its
+  // own duplicate of `world`, so its messages never match the application's receives.
   ParameterServer(const comm::Communicator& world, Network network, Backend backend, Options options,
                   Sync sync = Sync{}, Optimizer optimizer = Optimizer{})
-      : world_(world), layout_(world.size(), options.servers, network.parameter_count()), options_(options) {
-    if (layout_.role(world.rank()) == ps::Role::worker) {
-      worker_ = std::make_unique<worker_type>(world, layout_, network, backend, options.max_batch);
+      : world_(world.duplicate()),
+        layout_(world_.size(), options.servers, network.parameter_count()),
+        options_(options) {
+    if (layout_.role(world_.rank()) == ps::Role::worker) {
+      worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch);
     } else {
       // Every server derives the same initial vector from the seed and keeps its own range, so
       // no rank has to send the initial model.
       std::vector<float> initial(network.parameter_count());
       network.initialize(initial.data(), options.seed);
-      server_ = std::make_unique<server_type>(world, layout_, layout_.server_index(world.rank()), initial.data(),
+      server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, optimizer);
     }
   }
+  // Workers and servers refer to world_: the object stays where it was built.
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
 
   const ps::Layout& layout() const { return layout_; }
   ps::Role role() const { return layout_.role(world_.rank()); }
@@ -92,7 +99,7 @@ class ParameterServer {
   }
 
  private:
-  const comm::Communicator& world_;
+  comm::Communicator world_;
   ps::Layout layout_;
   Options options_;
   std::unique_ptr<worker_type> worker_;

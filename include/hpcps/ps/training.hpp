@@ -101,6 +101,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     } else if (train_set.features != worker.network().input_size()) {
       problem = fmt::format("training data has {} features, the network takes {}", train_set.features,
                             worker.network().input_size());
+    } else if (test_set != nullptr && test_set->features != worker.network().input_size()) {
+      problem = fmt::format("test data has {} features, the network takes {}", test_set->features,
+                            worker.network().input_size());
     }
     const int failures = team.allreduce_value(problem.empty() ? 0 : 1, MPI_SUM);
     if (failures > 0) {
@@ -149,6 +152,8 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       }
       if (w == 0 && on_epoch) on_epoch(e);
       report.epochs.push_back(e);
+      // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
+      team.barrier();
     }
     worker.finish();
   } else {
