@@ -14,19 +14,8 @@
 #include <string>
 #include <vector>
 
-// Counts operator new calls, to show the steady-state request loop does not allocate. Out of line,
-// or GCC inlines free() next to operator new and warns about a mismatch (-Wmismatched-new-delete).
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-[[gnu::noinline]] void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// Counts operator new calls, to show the steady-state request loop does not allocate.
+#include "counting_new.hpp"
 
 namespace {
 
@@ -201,13 +190,13 @@ TEST_CASE("comm: RequestSet is reused across rounds without allocating", "[comm]
     for (int t = 0; t < k; ++t) {
       for (std::size_t i = 0; i < len; ++i) out[t][i] = round * 1e6 + w.rank() * 1e4 + t * 1e3 + static_cast<double>(i);
     }
-    const long before = g_allocations.load();
+    const long before = hpcps_test::allocations.load();
     for (int t = 0; t < k; ++t) set.add(w.irecv(in[t].data(), len, prev_of(w), 100 + t));
     for (int t = 0; t < k; ++t) set.add(w.isend(out[t].data(), len, next_of(w), 100 + t));
     set.wait_all();
     const std::size_t size = set.size();
     set.clear();
-    allocations += g_allocations.load() - before;
+    allocations += hpcps_test::allocations.load() - before;
 
     wrong += size != 2 * k;
     for (int t = 0; t < k; ++t) {
@@ -225,11 +214,11 @@ TEST_CASE("comm: RequestSet is reused across rounds without allocating", "[comm]
   for (int t = 0; t < k; ++t) set.add(w.irecv(in[t].data(), len, prev_of(w), 200 + t));
   for (int t = 0; t < k; ++t) set.add(w.isend(out[t].data(), len, next_of(w), 200 + t));
   std::vector<int> seen(2 * k, 0);
-  const long before = g_allocations.load();
+  const long before = hpcps_test::allocations.load();
   for (int index = set.wait_any(); index != -1; index = set.wait_any()) {
     if (index >= 0 && index < 2 * k) ++seen[static_cast<std::size_t>(index)];
   }
-  CHECK(g_allocations.load() - before == 0);
+  CHECK(hpcps_test::allocations.load() - before == 0);
   CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
   CHECK_FALSE(set.active(0));
   CHECK(set.size() == 2 * k);

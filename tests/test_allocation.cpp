@@ -1,0 +1,71 @@
+// The steady-state training step allocates nothing: counted by replacing the global operator new
+// in this test program. A worker's steps after the first are counted directly; a server's loop
+// runs to the end, so its count must not grow with the number of clocks.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "hpcps/hpcps.hpp"
+
+#include "counting_new.hpp"
+
+namespace {
+
+using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu, hpcps::sync::Synchronous,
+                                      hpcps::optim::MomentumSgd>;
+
+// Allocations made on this rank while the workers run `steps` clocks (after a first warm-up
+// clock) and the servers serve them; on a worker, only the steady-state steps are counted.
+long allocations_during(std::size_t steps) {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
+  Server::Options options;
+  options.servers = 1;
+  options.max_batch = 8;
+  Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
+  std::vector<float> x(8 * 20, 0.5f);
+  std::vector<std::int32_t> y(8, 1);
+  long counted = 0;
+  if (ps.is_worker()) {
+    auto& worker = ps.worker();
+    worker.start();
+    worker.step(x.data(), y.data(), 8);
+    const long before = hpcps_test::allocations.load();
+    for (std::size_t t = 0; t < steps; ++t) {
+      worker.step(x.data(), y.data(), t % 3 == 2 ? 0 : 8 - t % 3);  // full, partial and idle clocks
+    }
+    counted = hpcps_test::allocations.load() - before;
+    worker.finish();
+  } else {
+    const long before = hpcps_test::allocations.load();
+    ps.server().run();
+    counted = hpcps_test::allocations.load() - before;
+  }
+  world.barrier();
+  return counted;
+}
+
+}  // namespace
+
+TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  const long short_run = allocations_during(5);
+  const long long_run = allocations_during(25);
+  const bool server = world.rank() == world.size() - 1;
+  INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
+  if (server) {
+    CHECK(long_run == short_run);  // whatever run() allocates, it does once, not per clock
+  } else {
+    CHECK(short_run == 0);
+    CHECK(long_run == 0);
+  }
+  // The counter is live: a vector allocates.
+  const long before = hpcps_test::allocations.load();
+  std::vector<int> v(10);
+  CHECK(hpcps_test::allocations.load() > before);
+}
