@@ -17,6 +17,7 @@
 #include "hpcps/error.hpp"
 #include "hpcps/nn/activation.hpp"
 #include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/nn/detail/chunks.hpp"
 
 namespace hpcps::nn {
 
@@ -99,7 +100,7 @@ class Mlp {
   template <class Backend>
   BatchStats gradient(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* inputs,
                       const std::int32_t* labels, std::size_t count, float* grad) const {
-    check_batch(ws, count);
+    detail::check_batch_fits(*this, count, ws.max_batch);
     const float* x = backend.stage(inputs, count * input_size(), ws.input_stage);
     const std::int32_t* y = backend.stage(labels, count, ws.label_stage);
     forward(backend, ws, params, x, count);
@@ -128,16 +129,13 @@ class Mlp {
   template <class Backend>
   BatchStats evaluate(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* inputs,
                       const std::int32_t* labels, std::size_t count) const {
-    BatchStats total;
-    for (std::size_t begin = 0; begin < count; begin += ws.max_batch) {
-      const std::size_t n = std::min(ws.max_batch, count - begin);
+    return detail::sum_over_chunks(count, ws.max_batch, [&](std::size_t begin, std::size_t n) {
       const float* x = backend.stage(inputs + begin * input_size(), n * input_size(), ws.input_stage);
       const std::int32_t* y = backend.stage(labels + begin, n, ws.label_stage);
       forward(backend, ws, params, x, n);
-      total += backend.softmax_cross_entropy(Backend::data(ws.activations[layer_count() - 1]), y, n, output_size(),
-                                             false);
-    }
-    return total;
+      return backend.softmax_cross_entropy(Backend::data(ws.activations[layer_count() - 1]), y, n, output_size(),
+                                           false);
+    });
   }
 
  private:
@@ -159,13 +157,6 @@ class Mlp {
     }
   }
 
-  template <class Backend>
-  void check_batch(const Workspace<Backend>& ws, std::size_t count) const {
-    if (count == 0 || count > ws.max_batch) {
-      throw Error(fmt::format("{}: batch of {} samples does not fit the workspace (1..{})", describe(), count,
-                              ws.max_batch));
-    }
-  }
 
   std::vector<std::size_t> sizes_;
   std::vector<std::size_t> weight_offset_, bias_offset_;

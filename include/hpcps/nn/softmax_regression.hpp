@@ -13,6 +13,7 @@
 #include "hpcps/error.hpp"
 #include "hpcps/nn/activation.hpp"
 #include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/nn/detail/chunks.hpp"
 
 namespace hpcps::nn {
 
@@ -56,10 +57,7 @@ class SoftmaxRegression {
   template <class Backend>
   BatchStats gradient(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* inputs,
                       const std::int32_t* labels, std::size_t count, float* grad) const {
-    if (count == 0 || count > ws.max_batch) {
-      throw Error(fmt::format("{}: batch of {} samples does not fit the workspace (1..{})", describe(), count,
-                              ws.max_batch));
-    }
+    detail::check_batch_fits(*this, count, ws.max_batch);
     const float* x = backend.stage(inputs, count * inputs_, ws.input_stage);
     float* z = logits(backend, ws, params, x, count);
     const BatchStats stats = backend.softmax_cross_entropy(z, backend.stage(labels, count, ws.label_stage), count,
@@ -73,13 +71,10 @@ class SoftmaxRegression {
   template <class Backend>
   BatchStats evaluate(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* inputs,
                       const std::int32_t* labels, std::size_t count) const {
-    BatchStats total;
-    for (std::size_t begin = 0; begin < count; begin += ws.max_batch) {
-      const std::size_t n = std::min(ws.max_batch, count - begin);
+    return detail::sum_over_chunks(count, ws.max_batch, [&](std::size_t begin, std::size_t n) {
       float* z = logits(backend, ws, params, backend.stage(inputs + begin * inputs_, n * inputs_, ws.input_stage), n);
-      total += backend.softmax_cross_entropy(z, backend.stage(labels + begin, n, ws.label_stage), n, classes_, false);
-    }
-    return total;
+      return backend.softmax_cross_entropy(z, backend.stage(labels + begin, n, ws.label_stage), n, classes_, false);
+    });
   }
 
  private:
