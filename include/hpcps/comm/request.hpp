@@ -224,6 +224,17 @@ class RequestSet {
     return handles_.size() - 1;
   }
 
+  // Puts `request` in slot `index`, which must be inactive (completed by wait_any, say): a server
+  // keeps one receive slot per worker and reposts it there, so slot index == worker.
+  void replace(std::size_t index, Request&& request) {
+    if (index >= handles_.size() || handles_[index] != MPI_REQUEST_NULL) {
+      throw hpcps::Error(fmt::format("RequestSet::replace: slot {} of {} is {}", index, handles_.size(),
+                                     index >= handles_.size() ? "out of range" : "still active"));
+    }
+    origins_[index] = request.origin_;
+    handles_[index] = std::exchange(request.handle_, MPI_REQUEST_NULL);
+  }
+
   std::size_t size() const noexcept { return handles_.size(); }
   bool empty() const noexcept { return handles_.empty(); }
   std::size_t capacity() const noexcept { return handles_.capacity(); }

@@ -25,6 +25,7 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
   json.field("train_seconds", r.train_seconds).field("wall_seconds", r.wall_seconds);
   json.key("server").begin_object();
   json.field("updates", r.server_updates).field("wait_seconds", r.server_wait).field("update_seconds", r.server_update);
+  json.field("max_staleness", r.server_max_staleness);
   json.end_object();
   json.key("epochs").begin_array();
   for (const EpochReport& e : r.epochs) {
@@ -32,7 +33,7 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
     json.field("epoch", e.epoch).field("train_loss", e.train_loss).field("train_accuracy", e.train_accuracy);
     json.field("test_loss", e.test_loss).field("test_accuracy", e.test_accuracy);
     json.field("samples", e.samples).field("seconds", e.seconds).field("samples_per_second", e.samples_per_second);
-    json.field("eval_seconds", e.eval_seconds);
+    json.field("eval_seconds", e.eval_seconds).field("elapsed_seconds", e.elapsed_seconds);
     write_times(json, e.times);
     json.end_object();
   }

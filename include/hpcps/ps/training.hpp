@@ -30,17 +30,21 @@ struct TrainOptions {
   std::size_t batch = 64;       // global minibatch per clock, split among the workers
   std::uint64_t seed = 1;       // per-epoch shuffling
   bool evaluate = true;         // test-set loss and accuracy on rank 0 after each epoch
+  // Called on worker w after the gradient of each clock with (w, clock, seconds it took); its
+  // time counts as compute. Straggler studies and tests slow workers down with it.
+  std::function<void(int, std::size_t, double)> after_compute;
 };
 
 struct EpochReport {
   std::size_t epoch = 0;
-  double train_loss = 0.0, train_accuracy = 0.0;  // running, over the epoch's batches
+  double train_loss = 0.0, train_accuracy = 0.0;  // running, over the epoch's batches (all workers, or rank 0's)
   double test_loss = 0.0, test_accuracy = 0.0;
   std::size_t samples = 0;
   double seconds = 0.0;            // training only, evaluation excluded
   double samples_per_second = 0.0;
   double eval_seconds = 0.0;
-  WorkerTimes times;               // mean over workers
+  double elapsed_seconds = 0.0;    // since training started, at the end of this epoch's evaluation
+  WorkerTimes times;               // mean over workers (bulk-synchronous) or rank 0's own (otherwise)
 };
 
 struct TrainingReport {
@@ -51,6 +55,8 @@ struct TrainingReport {
   double wall_seconds = 0.0;        // the whole call, evaluation included
   double server_wait = 0.0, server_update = 0.0;  // mean over servers
   std::size_t server_updates = 0;
+  std::size_t server_max_staleness = 0;  // largest clock gap any server allowed
+  std::size_t gradient_pushes = 0;       // this worker's non-idle pushes (to each server)
   int workers = 0, servers = 0;
 };
 
@@ -115,6 +121,16 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     data::Batcher batcher(train_set, shard, batch, options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(w));
     const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch, workers);
 
+    if (options.after_compute) {
+      worker.set_after_compute([&options, w](std::size_t clock, double seconds) { options.after_compute(w, clock, seconds); });
+    }
+    // Bulk-synchronous workers are in lock step anyway: their epoch figures are summed over all
+    // of them. Asynchronous and stale-bounded workers must not be made to wait for each other at
+    // epoch ends (that would undo what they are for): each keeps its own figures, and rank 0
+    // reports its own, until the totals at the end.
+    constexpr bool lockstep = Server::sync_type::aggregates;
+    std::size_t local_samples = 0;
+    double local_seconds = 0.0;
     worker.start();
     for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
       const auto epoch_started = std::chrono::steady_clock::now();
@@ -131,16 +147,22 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       }
       EpochReport e;
       e.epoch = epoch + 1;
-      e.seconds = team.allreduce_value(metrics::seconds_since(epoch_started), MPI_MAX);
-      double sums[6] = {stats.loss_sum, static_cast<double>(stats.correct), static_cast<double>(stats.count),
+      e.seconds = metrics::seconds_since(epoch_started);
+      local_seconds += e.seconds;
+      local_samples += stats.count;
+      double sums[6] = {stats.loss_sum, static_cast<double>(stats.count), static_cast<double>(stats.correct),
                         worker.times().compute, worker.times().communicate, worker.times().wait};
-      team.allreduce_in_place(sums, 6, MPI_SUM);
-      e.samples = static_cast<std::size_t>(sums[2]);
-      e.train_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
-      e.train_accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
-      e.times = {sums[3] / workers, sums[4] / workers, sums[5] / workers};
+      int contributors = 1;
+      if constexpr (lockstep) {
+        e.seconds = team.allreduce_value(e.seconds, MPI_MAX);
+        team.allreduce_in_place(sums, 6, MPI_SUM);
+        contributors = workers;
+      }
+      e.samples = static_cast<std::size_t>(sums[1]);
+      e.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+      e.train_accuracy = sums[1] > 0 ? sums[2] / sums[1] : 0.0;
+      e.times = {sums[3] / contributors, sums[4] / contributors, sums[5] / contributors};
       e.samples_per_second = e.seconds > 0 ? static_cast<double>(e.samples) / e.seconds : 0.0;
-      report.train_seconds += e.seconds;
       if (w == 0 && options.evaluate && test_set != nullptr) {
         const auto eval_started = std::chrono::steady_clock::now();
         const nn::BatchStats t = worker.network().evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
@@ -150,30 +172,36 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         e.test_accuracy = t.accuracy();
         e.eval_seconds = metrics::seconds_since(eval_started);
       }
+      e.elapsed_seconds = metrics::seconds_since(started);
       if (w == 0 && on_epoch) on_epoch(e);
       report.epochs.push_back(e);
       // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
-      team.barrier();
+      if constexpr (lockstep) team.barrier();
     }
     worker.finish();
+    report.gradient_pushes = worker.gradient_pushes();
+    // Totals over all workers: every sample trained on, over the slowest worker's training time.
+    report.train_seconds = team.allreduce_value(local_seconds, MPI_MAX);
+    const std::size_t samples = team.allreduce_value(local_samples, MPI_SUM);
+    report.samples_per_second = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   } else {
     ps.server().run();
   }
 
   // Server figures to rank 0 (a worker): the one collective both roles share after training.
   double server_figures[3] = {0.0, 0.0, 0.0};
+  std::size_t staleness = 0;
   if (ps.is_server()) {
     server_figures[0] = ps.server().stats().wait;
     server_figures[1] = ps.server().stats().update;
     server_figures[2] = static_cast<double>(ps.server().stats().updates);
+    staleness = ps.server().stats().max_staleness;
   }
   world.allreduce_in_place(server_figures, 3, MPI_SUM);
+  report.server_max_staleness = world.allreduce_value(staleness, MPI_MAX);
   report.server_wait = server_figures[0] / layout.servers();
   report.server_update = server_figures[1] / layout.servers();
   report.server_updates = static_cast<std::size_t>(server_figures[2]) / static_cast<std::size_t>(layout.servers());
-  std::size_t samples = 0;
-  for (const EpochReport& e : report.epochs) samples += e.samples;
-  report.samples_per_second = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   if (!report.epochs.empty()) report.test_accuracy = report.epochs.back().test_accuracy;
   report.wall_seconds = metrics::seconds_since(started);
   return report;

@@ -5,6 +5,7 @@
 // steady-state step allocates nothing.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -72,8 +73,14 @@ class Worker {
     if (count > 0) {
       stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
       if constexpr (!Backend::host_accessible) backend_.download(Backend::data(device_grad_), grad_.size(), grad_.data());
+      ++gradient_pushes_;
     }
     clock_.charge(times_.compute);
+    if (after_compute_) {
+      after_compute_(clock_count_, times_.compute - compute_before_);
+      clock_.charge(times_.compute);  // a slowed worker is slow at computing
+    }
+    compute_before_ = times_.compute;
     count_slot_ = static_cast<float>(count);
     for (int s = 0; s < layout_.servers(); ++s) {
       const auto& message = count > 0 ? full_push_[static_cast<std::size_t>(s)] : count_only_push_[static_cast<std::size_t>(s)];
@@ -112,8 +119,17 @@ class Worker {
   const Backend& backend() const { return backend_; }
   typename Network::template Workspace<Backend>& workspace() { return workspace_; }
   const WorkerTimes& times() const { return times_; }
-  void reset_times() { times_ = {}; }
+  void reset_times() {
+    times_ = {};
+    compute_before_ = 0.0;
+  }
+  // Clocks taken part in (idle ones included) and gradient slices pushed to each server.
   std::size_t clocks() const { return clock_count_; }
+  std::size_t gradient_pushes() const { return gradient_pushes_; }
+
+  // Called after each clock's gradient with (clock, seconds it took), before the push: the hook a
+  // straggler study or a test uses to slow this worker down. Its time counts as compute.
+  void set_after_compute(std::function<void(std::size_t, double)> hook) { after_compute_ = std::move(hook); }
 
  private:
   float* compute_grad() {
@@ -142,7 +158,9 @@ class Worker {
   comm::RequestSet sends_, receives_;
   metrics::PhaseClock clock_;
   WorkerTimes times_;
-  std::size_t clock_count_ = 0;
+  double compute_before_ = 0.0;
+  std::size_t clock_count_ = 0, gradient_pushes_ = 0;
+  std::function<void(std::size_t, double)> after_compute_;
 };
 
 }  // namespace hpcps::ps
