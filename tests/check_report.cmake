@@ -2,7 +2,7 @@
 # included. Passes only if the command exits 0 within TIMEOUT and REPORT holds every field a user
 # relies on, with test_accuracy >= MIN_ACCURACY.
 #
-#   cmake -DREPORT=<file> -DMIN_ACCURACY=<x> [-DTIMEOUT=s] -P check_report.cmake -- <command> [args...]
+#   cmake -DREPORT=<file> -DMIN_ACCURACY=<x> [-DMAX_STALENESS=s] [-DTIMEOUT=s] -P check_report.cmake -- <command> [args...]
 cmake_minimum_required(VERSION 3.20)
 if(NOT DEFINED TIMEOUT)
   set(TIMEOUT 240)
@@ -40,4 +40,11 @@ string(JSON accuracy GET "${json}" test_accuracy)
 message(STATUS "network ${network}, ${epochs} epoch(s), test accuracy ${accuracy}, epoch 1 compute ${compute} s")
 if(accuracy LESS MIN_ACCURACY)
   message(FATAL_ERROR "test accuracy ${accuracy} is below ${MIN_ACCURACY}")
+endif()
+if(DEFINED MAX_STALENESS)
+  string(JSON staleness GET "${json}" server max_staleness)
+  message(STATUS "largest staleness a server allowed: ${staleness}")
+  if(staleness GREATER MAX_STALENESS)
+    message(FATAL_ERROR "a server allowed staleness ${staleness}, above the bound ${MAX_STALENESS}")
+  endif()
 endif()
