@@ -39,6 +39,7 @@ struct Config {
   int threads = 1;
   std::uint64_t seed = 1;
   std::string report;
+  std::size_t evaluations_per_epoch = 1;
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
 };
@@ -86,6 +87,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   train_options.epochs = cfg.epochs;
   train_options.batch = cfg.batch;
   train_options.seed = cfg.seed;
+  train_options.evaluations_per_epoch = cfg.evaluations_per_epoch;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
       if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
@@ -191,6 +193,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cfg.threads, "Compute threads per worker rank")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "Seed for initialisation and shuffling")->capture_default_str();
   app.add_option("--report", cfg.report, "Write a JSON summary to this file (rank 0)");
+  app.add_option("--evaluations-per-epoch", cfg.evaluations_per_epoch,
+                 "Test-set evaluations on rank 0 per epoch (time-to-accuracy curves in the report)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));

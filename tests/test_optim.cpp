@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "hpcps/optim/adam.hpp"
 #include "hpcps/optim/optimizer_traits.hpp"
 #include "hpcps/optim/schedule.hpp"
 #include "hpcps/optim/sgd.hpp"
@@ -16,6 +17,7 @@ using hpcps::optim::StandardSgd;
 static_assert(hpcps::optim::is_optimizer_v<StandardSgd>);
 static_assert(hpcps::optim::is_optimizer_v<MomentumSgd>);
 static_assert(!hpcps::optim::is_optimizer_v<MomentumUpdate>);
+static_assert(hpcps::optim::is_optimizer_v<hpcps::optim::Adam>);
 
 TEST_CASE("plain SGD with and without weight decay", "[optim]") {
   std::vector<float> p{1.0f, -2.0f, 0.5f};
@@ -78,4 +80,33 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   CHECK_THROWS_AS(Schedule::constant(0.0f), hpcps::Error);
   CHECK_THROWS_AS(Schedule::step_decay(0.1f, 0, 0.5f), hpcps::Error);
   CHECK_THROWS_AS(Schedule::cosine(0.1f, 10, 0.5f), hpcps::Error);
+}
+
+TEST_CASE("Adam follows its bias-corrected recurrence", "[optim]") {
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  const hpcps::optim::Adam adam(lr, b1, b2, eps);
+  auto state = adam.make_state(2);
+  std::vector<float> p{1.0f, -1.0f};
+  const std::vector<std::vector<float>> grads{{0.5f, -2.0f}, {0.1f, 1.0f}, {-0.3f, 0.2f}};
+  std::vector<double> ref{1.0, -1.0}, m(2, 0.0), v(2, 0.0);
+  for (std::size_t t = 0; t < grads.size(); ++t) {
+    adam.step(state, p.data(), grads[t].data(), 2, t);
+    for (std::size_t i = 0; i < 2; ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * grads[t][i];
+      v[i] = b2 * v[i] + (1 - b2) * grads[t][i] * grads[t][i];
+      const double mhat = m[i] / (1 - std::pow(b1, t + 1.0)), vhat = v[i] / (1 - std::pow(b2, t + 1.0));
+      ref[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+      CHECK(p[i] == Approx(ref[i]).epsilon(1e-5));
+    }
+  }
+  // The first step moves every coordinate by lr against the gradient's sign, whatever its size.
+  const hpcps::optim::Adam fresh(0.01f);
+  auto s0 = fresh.make_state(2);
+  std::vector<float> q{0.0f, 0.0f};
+  const std::vector<float> g{1e-3f, -50.0f};
+  fresh.step(s0, q.data(), g.data(), 2, 0);
+  CHECK(q[0] == Approx(-0.01f).epsilon(1e-4));
+  CHECK(q[1] == Approx(0.01f).epsilon(1e-4));
+  CHECK_THROWS_AS(hpcps::optim::Adam(0.01f, 1.0f), hpcps::Error);
+  CHECK_THROWS_AS(hpcps::optim::Adam(0.01f, 0.9f, 0.999f, 0.0f), hpcps::Error);
 }

@@ -10,6 +10,11 @@
 
 #include "hpcps/hpcps.hpp"
 
+static_assert(hpcps::sync::is_sync_v<hpcps::sync::Synchronous>);
+static_assert(hpcps::sync::is_sync_v<hpcps::sync::StaleSynchronous>);
+static_assert(hpcps::sync::is_sync_v<hpcps::sync::Asynchronous>);
+static_assert(!hpcps::sync::is_sync_v<hpcps::optim::Adam>);
+
 namespace {
 
 using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;

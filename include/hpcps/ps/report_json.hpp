@@ -38,6 +38,14 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
     json.end_object();
   }
   json.end_array();
+  json.key("evaluations").begin_array();
+  for (const Evaluation& v : r.evaluations) {
+    json.begin_object();
+    json.field("epoch", v.epoch).field("elapsed_seconds", v.elapsed_seconds).field("test_loss", v.test_loss);
+    json.field("test_accuracy", v.test_accuracy);
+    json.end_object();
+  }
+  json.end_array();
 }
 
 inline void write_file(const std::string& path, const std::string& text) {

@@ -30,6 +30,7 @@ struct TrainOptions {
   std::size_t batch = 64;       // global minibatch per clock, split among the workers
   std::uint64_t seed = 1;       // per-epoch shuffling
   bool evaluate = true;         // test-set loss and accuracy on rank 0 after each epoch
+  std::size_t evaluations_per_epoch = 1;  // more: also evaluate on rank 0 at evenly spaced clocks
   // Called on worker w after the gradient of each clock with (w, clock, seconds it took); its
   // time counts as compute. Straggler studies and tests slow workers down with it.
   std::function<void(int, std::size_t, double)> after_compute;
@@ -47,8 +48,16 @@ struct EpochReport {
   WorkerTimes times;               // mean over workers (bulk-synchronous) or rank 0's own (otherwise)
 };
 
+// One test-set evaluation on rank 0, for time-to-accuracy curves.
+struct Evaluation {
+  double epoch = 0.0;            // fractional: 2.5 is half way through the third epoch
+  double elapsed_seconds = 0.0;  // since training started
+  double test_loss = 0.0, test_accuracy = 0.0;
+};
+
 struct TrainingReport {
   std::vector<EpochReport> epochs;
+  std::vector<Evaluation> evaluations;  // rank 0: every evaluation, in order
   double test_accuracy = 0.0;
   double samples_per_second = 0.0;  // all training samples over all training seconds
   double train_seconds = 0.0;
@@ -131,6 +140,15 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     constexpr bool lockstep = Server::sync_type::aggregates;
     std::size_t local_samples = 0;
     double local_seconds = 0.0;
+    const bool evaluating = w == 0 && options.evaluate && test_set != nullptr;
+    if (evaluating) report.evaluations.reserve(options.epochs * (options.evaluations_per_epoch + 1));
+    const std::size_t evaluate_every = std::max<std::size_t>(1, clocks / std::max<std::size_t>(1, options.evaluations_per_epoch));
+    auto evaluate = [&](double epoch) -> const Evaluation& {
+      const nn::BatchStats t = worker.network().evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
+                                                         test_set->images.data(), test_set->labels.data(), test_set->count);
+      report.evaluations.push_back({epoch, metrics::seconds_since(started), t.mean_loss(), t.accuracy()});
+      return report.evaluations.back();
+    };
     worker.start();
     for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
       const auto epoch_started = std::chrono::steady_clock::now();
@@ -143,6 +161,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
           stats += worker.step(b.inputs, b.labels, b.count);
         } else {
           worker.step(nullptr, nullptr, 0);
+        }
+        if (evaluating && c + 1 < clocks && (c + 1) % evaluate_every == 0) {
+          evaluate(static_cast<double>(epoch) + static_cast<double>(c + 1) / static_cast<double>(clocks));
         }
       }
       EpochReport e;
@@ -163,13 +184,11 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       e.train_accuracy = sums[1] > 0 ? sums[2] / sums[1] : 0.0;
       e.times = {sums[3] / contributors, sums[4] / contributors, sums[5] / contributors};
       e.samples_per_second = e.seconds > 0 ? static_cast<double>(e.samples) / e.seconds : 0.0;
-      if (w == 0 && options.evaluate && test_set != nullptr) {
+      if (evaluating) {
         const auto eval_started = std::chrono::steady_clock::now();
-        const nn::BatchStats t = worker.network().evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
-                                                           test_set->images.data(), test_set->labels.data(),
-                                                           test_set->count);
-        e.test_loss = t.mean_loss();
-        e.test_accuracy = t.accuracy();
+        const Evaluation& t = evaluate(static_cast<double>(epoch + 1));
+        e.test_loss = t.test_loss;
+        e.test_accuracy = t.test_accuracy;
         e.eval_seconds = metrics::seconds_since(eval_started);
       }
       e.elapsed_seconds = metrics::seconds_since(started);

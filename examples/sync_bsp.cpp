@@ -1,0 +1,8 @@
+// Strategy example, bulk-synchronous: every clock waits for every worker.
+// The code of sync_bsp.cpp, sync_ssp.cpp and sync_async.cpp differs only in the line naming the server.
+//   mpiexec -n 4 ./sync_bsp
+#include "strategy_demo.hpp"
+
+using Server = hpcps::SyncServer<hpcps::nn::Mlp<hpcps::nn::Relu>>;
+
+int main(int argc, char** argv) { return strategy_demo<Server>(argc, argv); }
