@@ -49,3 +49,24 @@ if(NOT TARGET hpcps::openblas)
     set_target_properties(hpcps::openblas PROPERTIES INTERFACE_LINK_LIBRARIES PkgConfig::HPCPS_OPENBLAS)
   endif()
 endif()
+
+# Optional: Thrust and CUB headers (CCCL) for backend::Thrust, from the CUDA toolkit. The host
+# systems (OpenMP, CPP) need only the headers and OpenMP; hpcps::thrust exists when they are found.
+if(NOT TARGET hpcps::thrust)
+  find_path(HPCPS_CCCL_INCLUDE_DIR thrust/version.h
+    HINTS ${CUDAToolkit_ROOT} $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda
+    PATH_SUFFIXES include/cccl
+    DOC "Folder with Thrust's headers (CCCL), for backend::Thrust")
+  if(HPCPS_CCCL_INCLUDE_DIR)
+    add_library(hpcps::thrust INTERFACE IMPORTED)
+    # SYSTEM: Thrust's own headers are not ours to warn about.
+    set_target_properties(hpcps::thrust PROPERTIES
+      INTERFACE_SYSTEM_INCLUDE_DIRECTORIES "${HPCPS_CCCL_INCLUDE_DIR}"
+      INTERFACE_INCLUDE_DIRECTORIES "${HPCPS_CCCL_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "OpenMP::OpenMP_CXX"
+      # nvcc passes -fopenmp to the host compiler only when told (the OpenMP system's headers).
+      # --expt-relaxed-constexpr: Eigen (pulled in by backend::Cpu) calls constexpr host functions
+      # from its __host__ __device__ code.
+      INTERFACE_COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-fopenmp;--expt-relaxed-constexpr>")
+  endif()
+endif()

@@ -1,0 +1,200 @@
+#pragma once
+// The Thrust gradient backend: the same kernels as backend::Cpu written once as Thrust algorithms
+// over the backend's memory, with the device system chosen by type (Thrust's own system tags),
+// so one program can hold a CPU and a GPU composition side by side:
+//
+//   hpcps::backend::ThrustOmp   Thrust<thrust::system::omp::tag>   OpenMP threads, host memory
+//   hpcps::backend::ThrustCpp   Thrust<thrust::system::cpp::tag>   serial, host memory
+//   hpcps::backend::ThrustCuda  Thrust<thrust::system::cuda::tag>  CUDA, device memory (nvcc only)
+//
+// GEMM goes to CBLAS on the host systems and to cuBLAS on CUDA. Everything else (bias +
+// activation, activation derivative, bias gradients, softmax + loss + delta) is a fused Thrust
+// for_each or reduce. Needs Thrust's headers (CCCL, under /usr/local/cuda/include/cccl) and, for
+// the OpenMP system, -fopenmp; target hpcps::thrust in CMake provides both.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include <omp.h>
+
+#include <fmt/format.h>
+#include <thrust/execution_policy.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/reduce.h>
+#include <thrust/system/cpp/execution_policy.h>
+#include <thrust/system/cpp/vector.h>
+#include <thrust/system/omp/execution_policy.h>
+#include <thrust/system/omp/vector.h>
+
+#include "hpcps/backend/detail/thrust_kernels.hpp"
+#include "hpcps/backend/gemm.hpp"
+#include "hpcps/error.hpp"
+#include "hpcps/nn/batch_stats.hpp"
+
+#if defined(__CUDACC__)
+#include "hpcps/backend/detail/cuda_system.hpp"
+#endif
+
+namespace hpcps::backend {
+namespace detail {
+
+// What differs between Thrust's systems: where vectors live, the execution policy, the GEMM.
+template <>
+struct ThrustSystem<thrust::system::omp::tag> {
+  template <class T>
+  using vector = thrust::omp::vector<T>;
+  static constexpr bool host_accessible = true;
+  static constexpr const char* name = "thrust-omp";
+  static auto policy() { return thrust::omp::par; }
+  struct Context {
+    explicit Context(int threads) {
+      omp_set_num_threads(threads);
+      CblasGemm::set_threads(threads);
+    }
+  };
+  static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                   const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                   std::size_t ldc) {
+    CblasGemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+};
+
+template <>
+struct ThrustSystem<thrust::system::cpp::tag> {
+  template <class T>
+  using vector = thrust::cpp::vector<T>;
+  static constexpr bool host_accessible = true;
+  static constexpr const char* name = "thrust-cpp";
+  static auto policy() { return thrust::cpp::par; }
+  struct Context {
+    explicit Context(int threads) { CblasGemm::set_threads(threads); }
+  };
+  static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                   const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                   std::size_t ldc) {
+    CblasGemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+};
+
+}  // namespace detail
+
+template <class SystemTag>
+class Thrust {
+  using System = detail::ThrustSystem<SystemTag>;
+
+ public:
+  using system_tag = SystemTag;
+  using buffer_type = typename System::template vector<float>;
+  using label_buffer_type = typename System::template vector<std::int32_t>;
+  static constexpr bool host_accessible = System::host_accessible;
+  static constexpr const char* name = System::name;
+
+  explicit Thrust(int threads = 1)
+      : threads_(threads), context_(std::make_shared<typename System::Context>(check_threads(threads))) {}
+
+  int threads() const { return threads_; }
+
+  buffer_type make_buffer(std::size_t n) const { return buffer_type(n, 0.0f); }
+  label_buffer_type make_label_buffer(std::size_t n) const { return label_buffer_type(n, 0); }
+  static float* data(buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
+  static const float* data(const buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
+
+  // A host array as kernels can read it: the array itself on host systems, else a copy in `buffer`.
+  const float* stage(const float* host, std::size_t n, buffer_type& buffer) const {
+    if constexpr (host_accessible) {
+      return host;
+    } else {
+      upload(host, n, data(buffer));
+      return data(buffer);
+    }
+  }
+  const std::int32_t* stage(const std::int32_t* host, std::size_t n, label_buffer_type& buffer) const {
+    if constexpr (host_accessible) {
+      return host;
+    } else {
+      context_->upload(host, n, thrust::raw_pointer_cast(buffer.data()));
+      return thrust::raw_pointer_cast(buffer.data());
+    }
+  }
+  void upload(const float* host, std::size_t n, float* dst) const {
+    if constexpr (host_accessible) {
+      std::copy(host, host + n, dst);
+    } else {
+      context_->upload(host, n, dst);
+    }
+  }
+  void download(const float* src, std::size_t n, float* host) const {
+    if constexpr (host_accessible) {
+      std::copy(src, src + n, host);
+    } else {
+      context_->download(src, n, host);
+    }
+  }
+
+  void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) const {
+    System::gemm(*context_, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+  template <class Activation>
+  void bias_activation(float* y, const float* bias, std::size_t rows, std::size_t cols) const {
+    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0),
+                     thrust::counting_iterator<std::size_t>(rows * cols),
+                     detail::BiasActivation<Activation>{y, bias, cols});
+  }
+
+  template <class Activation>
+  void activation_backward(float* delta, const float* output, std::size_t n) const {
+    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0), thrust::counting_iterator<std::size_t>(n),
+                     detail::ActivationBackward<Activation>{delta, output});
+  }
+
+  void column_sums(const float* m, std::size_t rows, std::size_t cols, float* out) const {
+    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0),
+                     thrust::counting_iterator<std::size_t>(cols), detail::ColumnSum{m, out, rows, cols});
+  }
+
+  // One row per work item: max, log-sum-exp loss, argmax, and the delta written in place; the
+  // per-row losses and hits go to scratch arrays, then two reductions. The scratch grows to the
+  // largest batch seen and is reused, so the steady state allocates nothing.
+  nn::BatchStats softmax_cross_entropy(float* logits, const std::int32_t* labels, std::size_t rows, std::size_t cols,
+                                       bool write_delta) const {
+    auto& scratch = *scratch_;
+    if (scratch.loss.size() < rows) {
+      scratch.loss.resize(rows);
+      scratch.hit.resize(rows);
+    }
+    double* loss = thrust::raw_pointer_cast(scratch.loss.data());
+    std::uint32_t* hit = thrust::raw_pointer_cast(scratch.hit.data());
+    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0),
+                     thrust::counting_iterator<std::size_t>(rows),
+                     detail::SoftmaxCrossEntropyRow{logits, labels, loss, hit, cols, write_delta});
+    const double loss_sum = thrust::reduce(System::policy(), loss, loss + rows, 0.0);
+    const std::size_t correct = thrust::reduce(System::policy(), hit, hit + rows, std::size_t{0});
+    return nn::BatchStats{loss_sum, correct, rows};
+  }
+
+ private:
+  struct Scratch {
+    typename System::template vector<double> loss;
+    typename System::template vector<std::uint32_t> hit;
+  };
+  static int check_threads(int threads) {
+    if (threads < 1) throw Error(fmt::format("backend::Thrust: thread count must be >= 1, got {}", threads));
+    return threads;
+  }
+
+  int threads_;
+  // Shared: a backend is copied into each worker and workspace; they share one GEMM context.
+  std::shared_ptr<typename System::Context> context_;
+  std::shared_ptr<Scratch> scratch_ = std::make_shared<Scratch>();
+};
+
+using ThrustOmp = Thrust<thrust::system::omp::tag>;
+using ThrustCpp = Thrust<thrust::system::cpp::tag>;
+#if defined(__CUDACC__)
+using ThrustCuda = Thrust<thrust::system::cuda::tag>;
+#endif
+
+}  // namespace hpcps::backend
