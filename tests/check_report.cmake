@@ -2,7 +2,8 @@
 # included. Passes only if the command exits 0 within TIMEOUT and REPORT holds every field a user
 # relies on, with test_accuracy >= MIN_ACCURACY.
 #
-#   cmake -DREPORT=<file> -DMIN_ACCURACY=<x> [-DMAX_STALENESS=s] [-DTIMEOUT=s] -P check_report.cmake -- <command> [args...]
+#   cmake -DREPORT=<file> -DMIN_ACCURACY=<x> [-DMAX_STALENESS=s] [-DREFERENCE=<report>
+#         -DMAX_DIFFERENCE_TEN_THOUSANDTHS=<n>] [-DTIMEOUT=s] -P check_report.cmake -- <command> [args...]
 cmake_minimum_required(VERSION 3.20)
 if(NOT DEFINED TIMEOUT)
   set(TIMEOUT 240)
@@ -40,6 +41,26 @@ string(JSON accuracy GET "${json}" test_accuracy)
 message(STATUS "network ${network}, ${epochs} epoch(s), test accuracy ${accuracy}, epoch 1 compute ${compute} s")
 if(accuracy LESS MIN_ACCURACY)
   message(FATAL_ERROR "test accuracy ${accuracy} is below ${MIN_ACCURACY}")
+endif()
+# Against another run's report (the same training on another backend, say): the test accuracy must
+# agree to within MAX_DIFFERENCE.
+if(DEFINED REFERENCE)
+  file(READ "${REFERENCE}" reference_json)
+  string(JSON reference GET "${reference_json}" test_accuracy)
+  string(JSON backend GET "${json}" config backend)
+  string(JSON reference_backend GET "${reference_json}" config backend)
+  message(STATUS "test accuracy ${accuracy} (${backend}) against ${reference} (${reference_backend})")
+  # Scale to integers in units of 1e-4 (accuracies are multiples of 1e-4 on 10000 test images).
+  string(REGEX REPLACE "^0\\.([0-9][0-9][0-9][0-9]).*" "\\1" a "${accuracy}")
+  string(REGEX REPLACE "^0\\.([0-9][0-9][0-9][0-9]).*" "\\1" b "${reference}")
+  math(EXPR difference "${a} - ${b}")
+  if(difference LESS 0)
+    math(EXPR difference "0 - ${difference}")
+  endif()
+  math(EXPR allowed "${MAX_DIFFERENCE_TEN_THOUSANDTHS}")
+  if(difference GREATER allowed)
+    message(FATAL_ERROR "test accuracy differs from the reference by ${difference}e-4, more than ${allowed}e-4")
+  endif()
 endif()
 if(DEFINED MAX_STALENESS)
   string(JSON staleness GET "${json}" server max_staleness)
