@@ -16,50 +16,12 @@
 #include "hpcps/data/random.hpp"
 #include "hpcps/metrics/json.hpp"
 #include "hpcps/nn/mlp.hpp"
+#include "timing.hpp"
 
 namespace {
 
-std::vector<std::size_t> parse_list(const char* text) {
-  std::vector<std::size_t> out;
-  std::string s(text);
-  std::size_t start = 0;
-  while (start < s.size()) {
-    const std::size_t end = s.find(',', start);
-    out.push_back(std::stoul(s.substr(start, end - start)));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
-struct Summary {
-  double median, low, high;
-};
-Summary summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
-}
-
-// Seconds per call of f, as the median over `repeats` timings of enough calls to last ~50 ms.
-template <class F>
-Summary time_per_call(F&& f, int repeats) {
-  f();
-  std::size_t calls = 1;
-  for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < calls; ++i) f();
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 0.05) break;
-    calls *= 2;
-  }
-  std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < calls; ++i) f();
-    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                      static_cast<double>(calls));
-  }
-  return summarize(samples);
-}
+using hpcps_bench::parse_list;
+using hpcps_bench::time_per_call;
 
 template <class Backend>
 void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& sizes, std::size_t batch, int threads,

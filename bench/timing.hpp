@@ -1,0 +1,54 @@
+#pragma once
+// Timing helpers shared by the C++ benchmarks: median and range over repeats, each repeat long
+// enough (>= 50 ms) for the clock to be exact.
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace hpcps_bench {
+
+struct Summary {
+  double median, low, high;
+};
+
+inline Summary summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// Seconds per call of f: the median over `repeats` timings of enough calls to last 50 ms.
+template <class F>
+Summary time_per_call(F&& f, int repeats) {
+  f();
+  std::size_t calls = 1;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < calls; ++i) f();
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 0.05) break;
+    calls *= 2;
+  }
+  std::vector<double> samples;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < calls; ++i) f();
+    samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      static_cast<double>(calls));
+  }
+  return summarize(samples);
+}
+
+inline std::vector<std::size_t> parse_list(const std::string& s) {
+  std::vector<std::size_t> out;
+  std::size_t start = 0;
+  while (start < s.size()) {
+    const std::size_t end = s.find(',', start);
+    out.push_back(std::stoul(s.substr(start, end - start)));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace hpcps_bench
