@@ -45,14 +45,16 @@ struct ThrustSystem<thrust::system::omp::tag> {
   template <class T>
   using vector = thrust::omp::vector<T>;
   static constexpr bool host_accessible = true;
+  template <class T>
+  using host_allocator = std::allocator<T>;
   static constexpr const char* name = "thrust-omp";
-  static auto policy() { return thrust::omp::par; }
   struct Context {
     explicit Context(int threads) {
       omp_set_num_threads(threads);
       CblasGemm::set_threads(threads);
     }
   };
+  static auto policy(Context&) { return thrust::omp::par; }
   static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                    std::size_t ldc) {
@@ -65,11 +67,13 @@ struct ThrustSystem<thrust::system::cpp::tag> {
   template <class T>
   using vector = thrust::cpp::vector<T>;
   static constexpr bool host_accessible = true;
+  template <class T>
+  using host_allocator = std::allocator<T>;
   static constexpr const char* name = "thrust-cpp";
-  static auto policy() { return thrust::cpp::par; }
   struct Context {
     explicit Context(int threads) { CblasGemm::set_threads(threads); }
   };
+  static auto policy(Context&) { return thrust::cpp::par; }
   static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                    std::size_t ldc) {
@@ -87,6 +91,9 @@ class Thrust {
   using system_tag = SystemTag;
   using buffer_type = typename System::template vector<float>;
   using label_buffer_type = typename System::template vector<std::int32_t>;
+  // Host memory for the worker's MPI buffers: page-locked on CUDA.
+  template <class T>
+  using host_allocator = typename System::template host_allocator<T>;
   static constexpr bool host_accessible = System::host_accessible;
   static constexpr const char* name = System::name;
 
@@ -139,19 +146,19 @@ class Thrust {
 
   template <class Activation>
   void bias_activation(float* y, const float* bias, std::size_t rows, std::size_t cols) const {
-    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0),
+    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0),
                      thrust::counting_iterator<std::size_t>(rows * cols),
                      detail::BiasActivation<Activation>{y, bias, cols});
   }
 
   template <class Activation>
   void activation_backward(float* delta, const float* output, std::size_t n) const {
-    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0), thrust::counting_iterator<std::size_t>(n),
+    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0), thrust::counting_iterator<std::size_t>(n),
                      detail::ActivationBackward<Activation>{delta, output});
   }
 
   void column_sums(const float* m, std::size_t rows, std::size_t cols, float* out) const {
-    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0),
+    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0),
                      thrust::counting_iterator<std::size_t>(cols), detail::ColumnSum{m, out, rows, cols});
   }
 
@@ -167,11 +174,11 @@ class Thrust {
     }
     double* loss = thrust::raw_pointer_cast(scratch.loss.data());
     std::uint32_t* hit = thrust::raw_pointer_cast(scratch.hit.data());
-    thrust::for_each(System::policy(), thrust::counting_iterator<std::size_t>(0),
+    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0),
                      thrust::counting_iterator<std::size_t>(rows),
                      detail::SoftmaxCrossEntropyRow{logits, labels, loss, hit, cols, write_delta});
-    const double loss_sum = thrust::reduce(System::policy(), loss, loss + rows, 0.0);
-    const std::size_t correct = thrust::reduce(System::policy(), hit, hit + rows, std::size_t{0});
+    const double loss_sum = thrust::reduce(System::policy(*context_), loss, loss + rows, 0.0);
+    const std::size_t correct = thrust::reduce(System::policy(*context_), hit, hit + rows, std::size_t{0});
     return nn::BatchStats{loss_sum, correct, rows};
   }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -28,9 +29,24 @@ struct WorkerTimes {
   double wait = 0.0;         // after that, until every parameter slice has arrived
 };
 
+namespace detail {
+// Host memory for MPI: a device backend may name a page-locked allocator (host_allocator), so its
+// copies run asynchronously and at full bus speed; host backends compute on std::vector directly.
+template <class Backend, class = void>
+struct host_vector {
+  using type = std::vector<float>;
+};
+template <class Backend>
+struct host_vector<Backend, std::void_t<typename Backend::template host_allocator<float>>> {
+  using type = std::vector<float, typename Backend::template host_allocator<float>>;
+};
+}  // namespace detail
+
 template <class Network, class Backend>
 class Worker {
  public:
+  using host_vector = typename detail::host_vector<Backend>::type;
+
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
          std::size_t max_batch)
       : world_(world),
@@ -60,9 +76,7 @@ class Worker {
   // Receives the initial parameters every server sends before its first clock.
   void start() {
     post_pulls();
-    receives_.wait_all();
-    receives_.clear();
-    after_pull();
+    complete_pulls();
   }
 
   // One clock: gradient of `count` samples (0 means this worker has no batch at this clock but
@@ -72,7 +86,6 @@ class Worker {
     nn::BatchStats stats;
     if (count > 0) {
       stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
-      if constexpr (!Backend::host_accessible) backend_.download(Backend::data(device_grad_), grad_.size(), grad_.data());
       ++gradient_pushes_;
     }
     clock_.charge(times_.compute);
@@ -83,16 +96,22 @@ class Worker {
     compute_before_ = times_.compute;
     count_slot_ = static_cast<float>(count);
     for (int s = 0; s < layout_.servers(); ++s) {
-      const auto& message = count > 0 ? full_push_[static_cast<std::size_t>(s)] : count_only_push_[static_cast<std::size_t>(s)];
+      const auto server = static_cast<std::size_t>(s);
+      if constexpr (!Backend::host_accessible) {
+        // Slice by slice: server s can take slice s while the next one comes off the device.
+        if (count > 0) {
+          const data::Range r = layout_.shard(s);
+          backend_.download(Backend::data(device_grad_) + r.begin, r.size(), grad_.data() + r.begin);
+        }
+      }
+      const auto& message = count > 0 ? full_push_[server] : count_only_push_[server];
       sends_.add(message.isend(world_, layout_.server_rank(s), tags::push));
     }
     post_pulls();
     sends_.wait_all();
     sends_.clear();
     clock_.charge(times_.communicate);
-    receives_.wait_all();
-    receives_.clear();
-    after_pull();
+    complete_pulls();
     clock_.charge(times_.wait);
     ++clock_count_;
     return stats;
@@ -109,7 +128,7 @@ class Worker {
   }
 
   // The newest parameters this worker received (host memory).
-  const std::vector<float>& parameters() const { return params_; }
+  const host_vector& parameters() const { return params_; }
   // Parameters where the backend computes (device memory for a device backend).
   const float* compute_params() const {
     if constexpr (Backend::host_accessible) return params_.data();
@@ -142,8 +161,19 @@ class Worker {
       receives_.add(world_.irecv(params_.data() + r.begin, r.size(), layout_.server_rank(s), tags::params));
     }
   }
-  void after_pull() {
-    if constexpr (!Backend::host_accessible) backend_.upload(params_.data(), params_.size(), Backend::data(device_params_));
+  // Waits for every server's slice; a device backend uploads each slice as it arrives, so the
+  // copies overlap the wait for the others.
+  void complete_pulls() {
+    if constexpr (Backend::host_accessible) {
+      receives_.wait_all();
+    } else {
+      for (int done = 0; done < layout_.servers(); ++done) {
+        const int s = receives_.wait_any();
+        const data::Range r = layout_.shard(s);
+        backend_.upload(params_.data() + r.begin, r.size(), Backend::data(device_params_) + r.begin);
+      }
+    }
+    receives_.clear();
   }
 
   const comm::Communicator& world_;
@@ -151,7 +181,7 @@ class Worker {
   Network network_;
   Backend backend_;
   typename Network::template Workspace<Backend> workspace_;
-  std::vector<float> params_, grad_;
+  host_vector params_, grad_;
   typename Backend::buffer_type device_params_{}, device_grad_{};
   float count_slot_ = 0.0f;
   std::vector<comm::FloatSegments> full_push_, count_only_push_;

@@ -28,36 +28,68 @@ inline bool cuda_device_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+// Page-locked host memory: the worker's MPI buffers for a CUDA backend, so copies to and from
+// the device are DMA transfers that can run asynchronously (Debian's MPICH is not CUDA-aware, so
+// every slice is staged through host memory).
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    void* p = nullptr;
+    cuda_check(cudaMallocHost(&p, n * sizeof(T)), "cudaMallocHost");
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { cudaFreeHost(p); }
+  friend bool operator==(const PinnedAllocator&, const PinnedAllocator&) { return true; }
+  friend bool operator!=(const PinnedAllocator&, const PinnedAllocator&) { return false; }
+};
+
 template <>
 struct ThrustSystem<thrust::system::cuda::tag> {
   template <class T>
   using vector = thrust::cuda::vector<T>;
+  template <class T>
+  using host_allocator = PinnedAllocator<T>;
   static constexpr bool host_accessible = false;
   static constexpr const char* name = "thrust-cuda";
-  static auto policy() { return thrust::cuda::par; }
 
+  // One stream for everything: kernels, cuBLAS and copies are ordered on it, so an upload needs
+  // no wait before the kernels that read it, and only a download waits (its data goes to MPI).
   struct Context {
     cublasHandle_t handle = nullptr;
+    cudaStream_t stream = nullptr;
     explicit Context(int /*threads*/) {
       int count = 0;
       cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
       if (count == 0) throw Error("backend::ThrustCuda: no CUDA device");
+      // A blocking stream: it orders after the legacy default stream, where thrust::cuda::vector
+      // initialises new buffers.
+      cuda_check(cudaStreamCreate(&stream), "cudaStreamCreate");
       cublas_check(cublasCreate(&handle), "cublasCreate");
+      cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
     }
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
     ~Context() {
       if (handle != nullptr) cublasDestroy(handle);
+      if (stream != nullptr) cudaStreamDestroy(stream);
     }
     template <class T>
     void upload(const T* host, std::size_t n, T* device) {
-      cuda_check(cudaMemcpy(device, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy(host to device)");
+      cuda_check(cudaMemcpyAsync(device, host, n * sizeof(T), cudaMemcpyHostToDevice, stream),
+                 "cudaMemcpyAsync(host to device)");
     }
     template <class T>
     void download(const T* device, std::size_t n, T* host) {
-      cuda_check(cudaMemcpy(host, device, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy(device to host)");
+      cuda_check(cudaMemcpyAsync(host, device, n * sizeof(T), cudaMemcpyDeviceToHost, stream),
+                 "cudaMemcpyAsync(device to host)");
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }
   };
+  static auto policy(Context& context) { return thrust::cuda::par.on(context.stream); }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same call with the
   // operands swapped, no transposition in memory.
