@@ -25,7 +25,9 @@ _hpcps_find_dependency(OpenMP COMPONENTS CXX)
 # OpenBLAS ships a config that sets variables only; wrap it in an imported target once.
 if(NOT TARGET hpcps::openblas)
   find_package(OpenBLAS CONFIG QUIET)
-  if(OpenBLAS_FOUND)
+  # Debian's OpenBLASConfig.cmake names absolute /usr paths: use it only where they hold the files
+  # (not in a relocated copy of the package, where pkg-config with a sysroot does the job).
+  if(OpenBLAS_FOUND AND EXISTS "${OpenBLAS_INCLUDE_DIRS}/cblas.h" AND EXISTS "${OpenBLAS_LIBRARIES}")
     add_library(hpcps::openblas INTERFACE IMPORTED)
     set_target_properties(hpcps::openblas PROPERTIES
       INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
