@@ -51,6 +51,7 @@ void measure_backend(hpcps::metrics::JsonWriter& json, const char* label, const 
   json.field("samples_per_second_min", static_cast<double>(batch) / step.high);
   json.field("samples_per_second_max", static_cast<double>(batch) / step.low);
   json.field("gflops_median", flops / step.median / 1e9);
+  json.field("output_max_relative_difference_vs_cpu", diff.forward);
   json.field("gradient_max_relative_difference_vs_cpu", diff.gradient).field("loss_relative_difference_vs_cpu", diff.loss);
   json.end_object();
   std::fprintf(stderr, "%-11s %-22s batch %4zu threads %d: %9.0f samples/s (%.0f-%.0f), %6.1f GFLOP/s, grad diff %.2g\n",

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "hpcps/backend/cpu.hpp"
@@ -15,11 +17,28 @@
 namespace hpcps_test {
 
 struct Differences {
+  double forward = 0.0;    // largest over the network's outputs (logits) of |a - b| / max(1, |b|)
   double loss = 0.0;       // relative, summed loss
   double gradient = 0.0;   // largest over parameters of |a - b| / max(1, |b|)
   double evaluation = 0.0; // relative, evaluate() loss over several chunks
   std::size_t correct_reference = 0, correct_backend = 0;
 };
+
+// The buffer holding a network's outputs after evaluate(): the last activation of an MLP, the
+// logits of softmax regression.
+template <class W, class = void>
+struct has_activations : std::false_type {};
+template <class W>
+struct has_activations<W, std::void_t<decltype(std::declval<W&>().activations)>> : std::true_type {};
+
+template <class Workspace>
+auto& output_buffer(Workspace& ws) {
+  if constexpr (has_activations<Workspace>::value) {
+    return ws.activations.back();
+  } else {
+    return ws.logits;
+  }
+}
 
 // Runs gradient() and evaluate() of `net` on backend B and on backend::Cpu with the same
 // parameters and a random batch drawn from `seed`.
@@ -49,6 +68,15 @@ Differences compare_with_cpu(const Network& net, const B& backend, std::size_t b
   backend.download(B::data(device_grad), grad.size(), grad.data());
 
   Differences d;
+  // evaluate() leaves the last layer's outputs (logits, before the softmax) in the workspace.
+  const std::size_t outputs = batch * net.output_size();
+  std::vector<float> logits(outputs);
+  backend.download(B::data(output_buffer(ws)), outputs, logits.data());
+  const float* cpu_logits = hpcps::backend::Cpu::data(output_buffer(cpu_ws));
+  for (std::size_t i = 0; i < outputs; ++i) {
+    d.forward = std::max(d.forward, std::abs(static_cast<double>(logits[i]) - cpu_logits[i]) /
+                                        std::max(1.0, std::abs(static_cast<double>(cpu_logits[i]))));
+  }
   d.loss = std::abs(stats.loss_sum - cpu_stats.loss_sum) / std::max(1e-30, std::abs(cpu_stats.loss_sum));
   d.evaluation = std::abs(eval.loss_sum - cpu_eval.loss_sum) / std::max(1e-30, std::abs(cpu_eval.loss_sum));
   for (std::size_t i = 0; i < grad.size(); ++i) {

@@ -1,4 +1,4 @@
-// Every host backend computes what backend::Cpu computes: forward pass, loss, accuracy and
+// Every host backend computes what backend::Cpu computes: outputs (logits), loss, accuracy and
 // gradients to within 1e-5 relative, on random data from a fresh seed each run (set
 // HPCPS_TEST_SEED to replay one; the seed is printed with any failure).
 #include <catch2/catch.hpp>
@@ -32,6 +32,7 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu", "[backend]", hpcps::backe
       for (std::size_t batch : {1u, 7u, 64u}) {
         const auto d = hpcps_test::compare_with_cpu(net, backend, batch, seed + batch);
         INFO("batch " << batch);
+        CHECK(d.forward < 1e-5);
         CHECK(d.loss < 1e-5);
         CHECK(d.evaluation < 1e-5);
         CHECK(d.gradient < 1e-5);
@@ -40,14 +41,17 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu", "[backend]", hpcps::backe
     }
     SECTION("mlp tanh and sigmoid") {
       const auto t = hpcps_test::compare_with_cpu(hpcps::nn::Mlp<hpcps::nn::Tanh>({20, 30, 5}), backend, 16, seed);
+      CHECK(t.forward < 1e-5);
       CHECK(t.gradient < 1e-5);
       CHECK(t.loss < 1e-5);
       const auto s = hpcps_test::compare_with_cpu(hpcps::nn::Mlp<hpcps::nn::Sigmoid>({20, 30, 5}), backend, 16, seed);
+      CHECK(s.forward < 1e-5);
       CHECK(s.gradient < 1e-5);
       CHECK(s.loss < 1e-5);
     }
     SECTION("softmax regression") {
       const auto d = hpcps_test::compare_with_cpu(hpcps::nn::SoftmaxRegression(50, 10), backend, 32, seed);
+      CHECK(d.forward < 1e-5);
       CHECK(d.gradient < 1e-5);
       CHECK(d.loss < 1e-5);
     }

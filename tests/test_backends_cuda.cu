@@ -27,6 +27,7 @@ void check(const char* name, const Network& net, const hpcps::backend::ThrustCud
            std::uint64_t seed) {
   const auto d = hpcps_test::compare_with_cpu(net, backend, batch, seed);
   std::printf("-- %s, batch %zu\n", name, batch);
+  expect_small("  outputs (logits), largest relative difference", d.forward, 1e-5);
   expect_small("  loss, relative difference", d.loss, 1e-5);
   expect_small("  evaluation loss, relative difference", d.evaluation, 1e-5);
   expect_small("  gradient, largest relative difference", d.gradient, 1e-5);
