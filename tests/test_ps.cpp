@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
+#include "synthetic_data.hpp"
 
 namespace {
 
@@ -15,18 +16,7 @@ using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
 using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
 
 
-hpcps::data::Dataset synthetic(std::size_t count, std::size_t features, std::size_t classes, std::uint64_t seed) {
-  hpcps::data::Rng rng(seed);
-  hpcps::data::Dataset d;
-  d.count = count;
-  d.features = features;
-  d.classes = classes;
-  d.images.resize(count * features);
-  d.labels.resize(count);
-  for (float& v : d.images) v = hpcps::data::uniform_float(rng);
-  for (auto& l : d.labels) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, classes));
-  return d;
-}
+using hpcps_test::synthetic;
 
 // Plain minibatch SGD in one process: the reference a synchronous PS must reproduce.
 template <class Network>

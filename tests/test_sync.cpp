@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
+#include "synthetic_data.hpp"
 
 static_assert(hpcps::sync::is_sync_v<hpcps::sync::Synchronous>);
 static_assert(hpcps::sync::is_sync_v<hpcps::sync::StaleSynchronous>);
@@ -19,18 +20,7 @@ namespace {
 
 using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
 
-hpcps::data::Dataset synthetic(std::size_t count, std::size_t features, std::size_t classes, std::uint64_t seed) {
-  hpcps::data::Rng rng(seed);
-  hpcps::data::Dataset d;
-  d.count = count;
-  d.features = features;
-  d.classes = classes;
-  d.images.resize(count * features);
-  d.labels.resize(count);
-  for (float& v : d.images) v = hpcps::data::uniform_float(rng);
-  for (auto& l : d.labels) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, classes));
-  return d;
-}
+using hpcps_test::synthetic;
 
 struct Outcome {
   std::vector<std::size_t> pushed;   // by worker: gradient slices each worker pushed (to every server)

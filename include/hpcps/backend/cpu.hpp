@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/detail/softmax_row.hpp"
 #include "hpcps/backend/gemm.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/batch_stats.hpp"
@@ -87,25 +88,10 @@ class BasicCpu {
     const auto total = static_cast<std::ptrdiff_t>(rows);
 #pragma omp parallel for num_threads(threads_) reduction(+ : loss, correct) if (threads_ > 1 && rows * cols > parallel_threshold)
     for (std::ptrdiff_t r = 0; r < total; ++r) {
-      float* z = logits + static_cast<std::size_t>(r) * cols;
-      const auto label = static_cast<std::size_t>(labels[r]);
-      std::size_t arg = 0;
-      float top = z[0];
-      for (std::size_t c = 1; c < cols; ++c) {
-        if (z[c] > top) {
-          top = z[c];
-          arg = c;
-        }
-      }
-      float sum = 0.0f;
-      for (std::size_t c = 0; c < cols; ++c) sum += std::exp(z[c] - top);
-      loss += static_cast<double>(std::log(sum) - (z[label] - top));
-      correct += arg == label ? 1 : 0;
-      if (write_delta) {
-        const float inv = 1.0f / sum;
-        for (std::size_t c = 0; c < cols; ++c) z[c] = std::exp(z[c] - top) * inv;
-        z[label] -= 1.0f;
-      }
+      const detail::RowLoss row = detail::softmax_cross_entropy_row(logits + static_cast<std::size_t>(r) * cols,
+                                                                    static_cast<std::size_t>(labels[r]), cols, write_delta);
+      loss += static_cast<double>(row.loss);
+      correct += row.hit ? 1 : 0;
     }
     return nn::BatchStats{loss, correct, rows};
   }

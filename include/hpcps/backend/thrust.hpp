@@ -40,21 +40,12 @@ namespace hpcps::backend {
 namespace detail {
 
 // What differs between Thrust's systems: where vectors live, the execution policy, the GEMM.
-template <>
-struct ThrustSystem<thrust::system::omp::tag> {
-  template <class T>
-  using vector = thrust::omp::vector<T>;
-  static constexpr bool host_accessible = true;
+// The host systems share host memory and OpenBLAS.
+struct HostThrustSystem {
   template <class T>
   using host_allocator = std::allocator<T>;
-  static constexpr const char* name = "thrust-omp";
-  struct Context {
-    explicit Context(int threads) {
-      omp_set_num_threads(threads);
-      CblasGemm::set_threads(threads);
-    }
-  };
-  static auto policy(Context&) { return thrust::omp::par; }
+  static constexpr bool host_accessible = true;
+  template <class Context>
   static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                    std::size_t ldc) {
@@ -63,22 +54,28 @@ struct ThrustSystem<thrust::system::omp::tag> {
 };
 
 template <>
-struct ThrustSystem<thrust::system::cpp::tag> {
+struct ThrustSystem<thrust::system::omp::tag> : HostThrustSystem {
+  template <class T>
+  using vector = thrust::omp::vector<T>;
+  static constexpr const char* name = "thrust-omp";
+  struct Context {
+    explicit Context(int threads) {
+      omp_set_num_threads(threads);
+      CblasGemm::set_threads(threads);
+    }
+  };
+  static auto policy(Context&) { return thrust::omp::par; }
+};
+
+template <>
+struct ThrustSystem<thrust::system::cpp::tag> : HostThrustSystem {
   template <class T>
   using vector = thrust::cpp::vector<T>;
-  static constexpr bool host_accessible = true;
-  template <class T>
-  using host_allocator = std::allocator<T>;
   static constexpr const char* name = "thrust-cpp";
   struct Context {
     explicit Context(int threads) { CblasGemm::set_threads(threads); }
   };
   static auto policy(Context&) { return thrust::cpp::par; }
-  static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
-                   const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                   std::size_t ldc) {
-    CblasGemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
 };
 
 }  // namespace detail

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hpcps/backend/detail/softmax_row.hpp"
 #include "hpcps/nn/activation.hpp"
 
 namespace hpcps::backend::detail {
@@ -41,7 +42,7 @@ struct ColumnSum {
   }
 };
 
-// The same arithmetic as BasicCpu::softmax_cross_entropy, for one row.
+// One row of softmax cross-entropy (the arithmetic every backend shares), results to scratch.
 struct SoftmaxCrossEntropyRow {
   float* logits;
   const std::int32_t* labels;
@@ -50,25 +51,9 @@ struct SoftmaxCrossEntropyRow {
   std::size_t cols;
   bool write_delta;
   HPCPS_HOST_DEVICE void operator()(std::size_t r) const {
-    float* z = logits + r * cols;
-    const auto label = static_cast<std::size_t>(labels[r]);
-    std::size_t arg = 0;
-    float top = z[0];
-    for (std::size_t c = 1; c < cols; ++c) {
-      if (z[c] > top) {
-        top = z[c];
-        arg = c;
-      }
-    }
-    float sum = 0.0f;
-    for (std::size_t c = 0; c < cols; ++c) sum += expf(z[c] - top);
-    loss[r] = static_cast<double>(logf(sum) - (z[label] - top));
-    hit[r] = arg == label ? 1u : 0u;
-    if (write_delta) {
-      const float inv = 1.0f / sum;
-      for (std::size_t c = 0; c < cols; ++c) z[c] = expf(z[c] - top) * inv;
-      z[label] -= 1.0f;
-    }
+    const RowLoss row = softmax_cross_entropy_row(logits + r * cols, static_cast<std::size_t>(labels[r]), cols, write_delta);
+    loss[r] = static_cast<double>(row.loss);
+    hit[r] = row.hit ? 1u : 0u;
   }
 };
 
