@@ -2,13 +2,7 @@
 // each dependency the target promises (MPI, fmt, Eigen, CBLAS, zlib, OpenMP) so that a missing
 // include directory or link library fails to build here rather than in a user's project.
 // It makes no MPI call that needs MPI_Init, so it runs without mpiexec.
-#include <hpcps/error.hpp>
-#if __has_include(<hpcps/hpcps.hpp>)
 #include <hpcps/hpcps.hpp>
-#define HPCPS_CONSUMER_UMBRELLA 1
-#else
-#define HPCPS_CONSUMER_UMBRELLA 0
-#endif
 
 #include <Eigen/Core>
 #include <cblas.h>
@@ -37,8 +31,12 @@ int main() {
     fmt::print("hpcps consumer: caught hpcps::Error(\"{}\")\n", e.what());
   }
   fmt::print("hpcps consumer: {}\n", HPCPS_CONSUMER_HOW);
-  fmt::print("hpcps consumer: umbrella header {}\n",
-             HPCPS_CONSUMER_UMBRELLA ? "<hpcps/hpcps.hpp> included" : "not present yet");
+  // A composition through the installed headers: the concepts check out and the type is complete.
+  using Server = hpcps::SyncServer<hpcps::nn::Mlp<hpcps::nn::Relu>>;
+  static_assert(sizeof(Server) > 0);
+  static_assert(hpcps::backend::is_backend_v<Server::backend_type>);
+  fmt::print("hpcps consumer: hpcps {} composes {} + {} + {}\n", hpcps::version_string, Server::backend_type::name,
+             Server::sync_type::name, Server::optimizer_type::name);
   fmt::print("hpcps consumer: MPI \"{}\", zlib {}, OpenMP max threads {}, cblas_ddot {}\n", mpi,
              zlibVersion(), omp_get_max_threads(), dot);
   if (dot != 30.0) {
