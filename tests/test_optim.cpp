@@ -19,12 +19,33 @@ static_assert(hpcps::optim::is_optimizer_v<MomentumSgd>);
 static_assert(!hpcps::optim::is_optimizer_v<MomentumUpdate>);
 static_assert(hpcps::optim::is_optimizer_v<hpcps::optim::Adam>);
 
+TEST_CASE("the scale turns a gradient sum into the mean", "[optim]") {
+  // A server passes the sum over 4 samples with scale 1/4: the same step as the mean with scale 1.
+  std::vector<float> a{1.0f, 2.0f}, b{1.0f, 2.0f};
+  const std::vector<float> sum{4.0f, -8.0f}, mean{1.0f, -2.0f};
+  const MomentumSgd opt(0.1f, 0.01f, MomentumUpdate(0.9f, true));
+  auto sa = opt.make_state(2), sb = opt.make_state(2);
+  opt.step(sa, a.data(), sum.data(), 0.25f, 2, 0);
+  opt.step(sb, b.data(), mean.data(), 1.0f, 2, 0);
+  CHECK(a[0] == Approx(b[0]));
+  CHECK(a[1] == Approx(b[1]));
+  CHECK(a[0] != 1.0f);
+  const hpcps::optim::Adam adam(0.1f);
+  auto s1 = adam.make_state(2), s2 = adam.make_state(2);
+  std::vector<float> c{1.0f, 2.0f}, d{1.0f, 2.0f};
+  const std::vector<float> big{40.0f, -8.0f}, mean2{10.0f, -2.0f};
+  adam.step(s1, c.data(), big.data(), 0.25f, 2, 0);
+  adam.step(s2, d.data(), mean2.data(), 1.0f, 2, 0);
+  CHECK(c[0] == Approx(d[0]));
+  CHECK(c[1] == Approx(d[1]));
+}
+
 TEST_CASE("plain SGD with and without weight decay", "[optim]") {
   std::vector<float> p{1.0f, -2.0f, 0.5f};
   const std::vector<float> g{0.5f, 1.0f, -1.0f};
   const StandardSgd sgd(0.1f);
   auto state = sgd.make_state(p.size());
-  sgd.step(state, p.data(), g.data(), p.size(), 0);
+  sgd.step(state, p.data(), g.data(), 1.0f, p.size(), 0);
   CHECK(p[0] == Approx(0.95f));
   CHECK(p[1] == Approx(-2.1f));
   CHECK(p[2] == Approx(0.6f));
@@ -32,7 +53,7 @@ TEST_CASE("plain SGD with and without weight decay", "[optim]") {
   std::vector<float> q{1.0f, -2.0f};
   const StandardSgd decayed(0.1f, 0.01f);
   auto s2 = decayed.make_state(q.size());
-  decayed.step(s2, q.data(), g.data(), q.size(), 0);
+  decayed.step(s2, q.data(), g.data(), 1.0f, q.size(), 0);
   CHECK(q[0] == Approx(1.0f - 0.1f * (0.5f + 0.01f * 1.0f)));
   CHECK(q[1] == Approx(-2.0f - 0.1f * (1.0f + 0.01f * -2.0f)));
 }
@@ -46,7 +67,7 @@ TEST_CASE("momentum and Nesterov follow their recurrences", "[optim]") {
     float p = 2.0f;
     double ref = 2.0, v = 0.0;
     for (std::size_t t = 0; t < grads.size(); ++t) {
-      opt.step(state, &p, &grads[t], 1, t);
+      opt.step(state, &p, &grads[t], 1.0f, 1, t);
       v = mu * v + grads[t];
       ref -= lr * (nesterov ? grads[t] + mu * v : v);
       CHECK(p == Approx(ref).epsilon(1e-6));
@@ -75,7 +96,7 @@ TEST_CASE("learning-rate schedules", "[optim]") {
   auto state = sgd.make_state(1);
   float p = 0.0f;
   const float g = 1.0f;
-  sgd.step(state, &p, &g, 1, 50);
+  sgd.step(state, &p, &g, 1.0f, 1, 50);
   CHECK(p == Approx(-0.5f));
   CHECK_THROWS_AS(Schedule::constant(0.0f), hpcps::Error);
   CHECK_THROWS_AS(Schedule::step_decay(0.1f, 0, 0.5f), hpcps::Error);
@@ -90,7 +111,7 @@ TEST_CASE("Adam follows its bias-corrected recurrence", "[optim]") {
   const std::vector<std::vector<float>> grads{{0.5f, -2.0f}, {0.1f, 1.0f}, {-0.3f, 0.2f}};
   std::vector<double> ref{1.0, -1.0}, m(2, 0.0), v(2, 0.0);
   for (std::size_t t = 0; t < grads.size(); ++t) {
-    adam.step(state, p.data(), grads[t].data(), 2, t);
+    adam.step(state, p.data(), grads[t].data(), 1.0f, 2, t);
     for (std::size_t i = 0; i < 2; ++i) {
       m[i] = b1 * m[i] + (1 - b1) * grads[t][i];
       v[i] = b2 * v[i] + (1 - b2) * grads[t][i] * grads[t][i];
@@ -104,7 +125,7 @@ TEST_CASE("Adam follows its bias-corrected recurrence", "[optim]") {
   auto s0 = fresh.make_state(2);
   std::vector<float> q{0.0f, 0.0f};
   const std::vector<float> g{1e-3f, -50.0f};
-  fresh.step(s0, q.data(), g.data(), 2, 0);
+  fresh.step(s0, q.data(), g.data(), 1.0f, 2, 0);
   CHECK(q[0] == Approx(-0.01f).epsilon(1e-4));
   CHECK(q[1] == Approx(0.01f).epsilon(1e-4));
   CHECK_THROWS_AS(hpcps::optim::Adam(0.01f, 1.0f), hpcps::Error);

@@ -36,7 +36,8 @@ class Adam {
 
   State make_state(std::size_t n) const { return State{std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)}; }
 
-  void step(State& state, float* params, const float* grad, std::size_t n, std::size_t step) const {
+  // The mean gradient is sum * scale.
+  void step(State& state, float* params, const float* sum, float scale, std::size_t n, std::size_t step) const {
     const double t = static_cast<double>(step + 1);
     // Bias corrections folded into the step size and epsilon, so the loop does one division.
     const auto c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1_), t));
@@ -48,7 +49,7 @@ class Adam {
     float* v = state.v.data();
 #pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
-      const float g = grad[i] + wd * params[i];
+      const float g = sum[i] * scale + wd * params[i];
       m[i] = b1 * m[i] + (1.0f - b1) * g;
       v[i] = b2 * v[i] + (1.0f - b2) * g * g;
       params[i] -= rate * m[i] / (std::sqrt(v[i]) + eps);

@@ -13,13 +13,14 @@ template <class O>
 struct is_optimizer<O, std::void_t<typename O::State, decltype(O::name),
                                    decltype(std::declval<const O&>().make_state(std::size_t{})),
                                    decltype(std::declval<const O&>().step(std::declval<typename O::State&>(),
-                                                                          (float*)nullptr, (const float*)nullptr,
+                                                                          (float*)nullptr, (const float*)nullptr, 1.0f,
                                                                           std::size_t{}, std::size_t{}))>>
     : std::true_type {};
 
 }  // namespace detail
 
-// State, name, make_state(shard_size), step(state, params, mean_grad, n, step_count).
+// State, name, make_state(shard_size), step(state, params, grad_sum, scale, n, step_count); the
+// mean gradient is grad_sum * scale, so a server hands over what it summed without a scaling pass.
 template <class O>
 inline constexpr bool is_optimizer_v = detail::is_optimizer<O>::value;
 

@@ -12,14 +12,17 @@
 
 namespace hpcps::optim {
 
+// The update policies take the gradient as a sum and a scale (the server's 1 / samples) plus the
+// weight decay, and fold them into their single pass over the shard: g = sum * scale + wd * params.
+
 // params -= lr * g
 struct VanillaUpdate {
   static constexpr const char* name = "sgd";
   struct State {};
   State make_state(std::size_t) const { return {}; }
-  void apply(State&, float* params, const float* g, std::size_t n, float lr) const {
+  void apply(State&, float* params, const float* sum, float scale, float wd, std::size_t n, float lr) const {
 #pragma omp simd
-    for (std::size_t i = 0; i < n; ++i) params[i] -= lr * g[i];
+    for (std::size_t i = 0; i < n; ++i) params[i] -= lr * (sum[i] * scale + wd * params[i]);
   }
 };
 
@@ -41,19 +44,20 @@ class MomentumUpdate {
   bool nesterov() const { return nesterov_; }
 
   State make_state(std::size_t n) const { return State{std::vector<float>(n, 0.0f)}; }
-  void apply(State& state, float* params, const float* g, std::size_t n, float lr) const {
+  void apply(State& state, float* params, const float* sum, float scale, float wd, std::size_t n, float lr) const {
     float* v = state.velocity.data();
     const float mu = momentum_;
     if (nesterov_) {
 #pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] + g[i];
-        params[i] -= lr * (g[i] + mu * v[i]);
+        const float g = sum[i] * scale + wd * params[i];
+        v[i] = mu * v[i] + g;
+        params[i] -= lr * (g + mu * v[i]);
       }
     } else {
 #pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] + g[i];
+        v[i] = mu * v[i] + sum[i] * scale + wd * params[i];
         params[i] -= lr * v[i];
       }
     }
@@ -69,10 +73,7 @@ class Sgd {
  public:
   static constexpr const char* name = Update::name;
   using update_type = Update;
-  struct State {
-    typename Update::State update;
-    std::vector<float> decayed;  // g + wd * params, only when weight decay is on
-  };
+  using State = typename Update::State;
 
   explicit Sgd(float learning_rate = 0.1f, float weight_decay = 0.0f, Update update = Update{})
       : Sgd(Schedule::constant(learning_rate), weight_decay, update) {}
@@ -85,21 +86,11 @@ class Sgd {
   float weight_decay() const { return weight_decay_; }
   const Update& update() const { return update_; }
 
-  State make_state(std::size_t shard_size) const {
-    return State{update_.make_state(shard_size), std::vector<float>(weight_decay_ > 0.0f ? shard_size : 0, 0.0f)};
-  }
+  State make_state(std::size_t shard_size) const { return update_.make_state(shard_size); }
 
-  // One update of a shard of n parameters with the mean gradient `grad` of the clock's samples.
-  void step(State& state, float* params, const float* grad, std::size_t n, std::size_t step) const {
-    const float* g = grad;
-    if (weight_decay_ > 0.0f) {
-      float* d = state.decayed.data();
-      const float wd = weight_decay_;
-#pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) d[i] = grad[i] + wd * params[i];
-      g = d;
-    }
-    update_.apply(state.update, params, g, n, schedule_.at(step));
+  // One update of a shard of n parameters; the mean gradient of the clock is sum * scale.
+  void step(State& state, float* params, const float* sum, float scale, std::size_t n, std::size_t step) const {
+    update_.apply(state, params, sum, scale, weight_decay_, n, schedule_.at(step));
   }
 
  private:

@@ -86,7 +86,8 @@ class Server {
       clock.charge(stats_.wait);
 
       double total = 0.0;
-      bool first = true;
+      const float* single = nullptr;  // the only contributor's slice, used in place
+      std::size_t contributors = 0;
       for (std::size_t w = 0; w < workers; ++w) {
         if (!active_[w]) continue;
         const float* message = inbox(w);
@@ -99,13 +100,17 @@ class Server {
         if (message[0] <= 0.0f) continue;  // idle at this clock
         ++stats_.pushes_per_worker[w];
         total += message[0];
-        accumulate(message + 1, first);
-        first = false;
+        if (contributors == 0) {
+          single = message + 1;
+        } else {
+          accumulate(contributors == 1 ? single : nullptr, message + 1);
+        }
+        ++contributors;
       }
       // The previous clock's replies read params_: they must be out before params_ changes.
       replies_.wait_all();
       replies_.clear();
-      if (total > 0.0) apply(sum_.data(), static_cast<float>(1.0 / total));
+      if (total > 0.0) apply(contributors == 1 ? single : sum_.data(), static_cast<float>(1.0 / total));
       const std::size_t slowest = slowest_active_clock();
       for (std::size_t w = 0; w < workers; ++w) {
         if (!active_[w]) continue;
@@ -179,24 +184,23 @@ class Server {
 
   float* inbox(std::size_t worker) { return inbox_.data() + worker * (range_.size() + 1); }
 
-  void accumulate(const float* slice, bool first) {
-    if (first) {
-      std::copy(slice, slice + sum_.size(), sum_.begin());
-      return;
-    }
+  // sum_ += slice, in worker-rank order; with `first` (the first contributor's slice) given, the
+  // first two are added in one pass: sum_ = first + slice.
+  void accumulate(const float* first, const float* slice) {
     float* sum = sum_.data();
     const std::size_t n = sum_.size();
+    if (first != nullptr) {
 #pragma omp simd
-    for (std::size_t i = 0; i < n; ++i) sum[i] += slice[i];
+      for (std::size_t i = 0; i < n; ++i) sum[i] = first[i] + slice[i];
+    } else {
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) sum[i] += slice[i];
+    }
   }
 
-  // params_ <- update rule with the mean gradient gradient_sum * scale (staged in sum_).
+  // params_ <- update rule with the mean gradient gradient_sum * scale, in one pass.
   void apply(const float* gradient_sum, float scale) {
-    float* mean = sum_.data();
-    const std::size_t n = sum_.size();
-#pragma omp simd
-    for (std::size_t i = 0; i < n; ++i) mean[i] = gradient_sum[i] * scale;
-    optimizer_.step(state_, params_.data(), sum_.data(), params_.size(), stats_.updates);
+    optimizer_.step(state_, params_.data(), gradient_sum, scale, params_.size(), stats_.updates);
     ++stats_.updates;
   }
 

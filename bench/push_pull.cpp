@@ -1,0 +1,137 @@
+// Communication of the parameter server against MPI's own: for a model of P floats (default 25M),
+// the time of one worker clock's push plus pull (one worker, S servers, gradient computation
+// skipped) against twice the one-way time of an MPI ping-pong of the same bytes between the same
+// ranks, measured before and after the parameter server's clocks in one run. Median and range over --repeats; JSON on stdout.
+//
+//   mpiexec -n 2 bench/push_pull [--parameters 25000000] [--clocks 10] [--repeats 7]
+//   mpiexec -n 3 bench/push_pull --servers 2
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <hpcps/hpcps.hpp>
+
+#include "timing.hpp"
+
+namespace {
+
+// A network with P parameters and no computation: its gradient leaves the buffer as it is, so a
+// step is only the push, the server's update and the pull.
+class NullNetwork {
+ public:
+  template <class Backend>
+  struct Workspace {};
+  explicit NullNetwork(std::size_t parameters) : parameters_(parameters) {}
+  std::size_t parameter_count() const { return parameters_; }
+  std::size_t input_size() const { return 1; }
+  std::size_t output_size() const { return 2; }
+  void initialize(float* params, std::uint64_t) const { std::fill(params, params + parameters_, 0.0f); }
+  template <class Backend>
+  Workspace<Backend> make_workspace(const Backend&, std::size_t) const { return {}; }
+  template <class Backend>
+  hpcps::nn::BatchStats gradient(const Backend&, Workspace<Backend>&, const float*, const float*, const std::int32_t*,
+                                 std::size_t count, float*) const {
+    return {0.0, 0, count};
+  }
+  template <class Backend>
+  hpcps::nn::BatchStats evaluate(const Backend&, Workspace<Backend>&, const float*, const float*, const std::int32_t*,
+                                 std::size_t count) const {
+    return {0.0, 0, count};
+  }
+
+ private:
+  std::size_t parameters_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return hpcps::comm::run(argc, argv, [&](hpcps::comm::Environment&) {
+    std::size_t parameters = 25'000'000, clocks = 10;
+    int repeats = 7, servers = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const std::string flag = argv[i];
+      if (flag == "--parameters") parameters = std::stoul(argv[i + 1]);
+      else if (flag == "--clocks") clocks = std::stoul(argv[i + 1]);
+      else if (flag == "--repeats") repeats = std::atoi(argv[i + 1]);
+      else if (flag == "--servers") servers = std::atoi(argv[i + 1]);
+    }
+    const auto world = hpcps::comm::Communicator::world();
+    if (world.size() != servers + 1) throw hpcps::Error("push_pull: run with 1 worker: mpiexec -n (servers + 1)");
+    using Server = hpcps::ParameterServer<NullNetwork, hpcps::backend::Cpu, hpcps::sync::Synchronous,
+                                          hpcps::optim::StandardSgd>;
+    Server::Options options;
+    options.servers = servers;
+    options.max_batch = 1;
+    Server ps(world, NullNetwork(parameters), hpcps::backend::Cpu(1), options);
+    const float x = 0.0f;
+    const std::int32_t y = 0;
+
+    // Ping-pong between rank 0 and rank 1 with the same bytes, through the same comm layer: half the
+    // repeats before the parameter server's clocks and half after, so both see the same machine.
+    std::vector<float> buffer(world.rank() <= 1 ? parameters : 0, 1.0f);
+    std::vector<double> pingpong, clock_times;
+    auto pingpong_repeats = [&](int n) {
+      for (int r = 0; r < n; ++r) {
+        world.barrier();
+        const double t0 = MPI_Wtime();
+        for (std::size_t i = 0; i < clocks; ++i) {
+          if (world.rank() == 0) {
+            world.send(buffer.data(), parameters, 1, 1);
+            world.recv(buffer.data(), parameters, 1, 2);
+          } else if (world.rank() == 1) {
+            world.recv(buffer.data(), parameters, 0, 1);
+            world.send(buffer.data(), parameters, 0, 2);
+          }
+        }
+        pingpong.push_back((MPI_Wtime() - t0) / static_cast<double>(clocks));  // = 2 x one way
+      }
+    };
+    pingpong_repeats((repeats + 1) / 2);
+    if (ps.is_worker()) {
+      auto& worker = ps.worker();
+      worker.start();
+      for (int r = 0; r < repeats; ++r) {
+        const double t1 = MPI_Wtime();
+        for (std::size_t i = 0; i < clocks; ++i) worker.step(&x, &y, 1);
+        clock_times.push_back((MPI_Wtime() - t1) / static_cast<double>(clocks));
+      }
+      worker.finish();
+    } else {
+      ps.server().run();
+    }
+    pingpong_repeats(repeats / 2 + 1);
+    // The servers' update time per clock, to separate it from the transfers.
+    double update = ps.is_server() ? ps.server().stats().update : 0.0;
+    double updates = ps.is_server() ? static_cast<double>(ps.server().stats().updates) : 0.0;
+    world.allreduce_in_place(&update, 1, MPI_MAX);
+    world.allreduce_in_place(&updates, 1, MPI_MAX);
+    if (world.rank() == 0) {
+      const auto pp = hpcps_bench::summarize(pingpong);
+      const auto ps_clock = hpcps_bench::summarize(clock_times);
+      const double bytes = 4.0 * static_cast<double>(parameters);
+      const double update_per_clock = updates > 0 ? update / updates : 0.0;
+      hpcps::metrics::JsonWriter json;
+      json.begin_object().field("benchmark", "push_pull").field("parameters", parameters).field("servers", servers);
+      json.field("clocks_per_repeat", clocks).field("repeats", repeats).field("bytes_each_way", bytes);
+      json.field("pingpong_round_trip_seconds_median", pp.median).field("pingpong_round_trip_seconds_min", pp.low)
+          .field("pingpong_round_trip_seconds_max", pp.high);
+      json.field("ps_clock_seconds_median", ps_clock.median).field("ps_clock_seconds_min", ps_clock.low)
+          .field("ps_clock_seconds_max", ps_clock.high);
+      json.field("server_update_seconds_per_clock", update_per_clock);
+      json.field("pingpong_gbytes_per_second", 2 * bytes / pp.median / 1e9);
+      json.field("ps_gbytes_per_second", 2 * bytes / ps_clock.median / 1e9);
+      json.field("ps_over_pingpong", pp.median / ps_clock.median);
+      json.field("ps_over_pingpong_excluding_update", pp.median / (ps_clock.median - update_per_clock));
+      json.end_object();
+      std::printf("%s\n", json.str().c_str());
+      std::fprintf(stderr,
+                   "P = %zu floats (%.0f MB each way), %d server(s): ping-pong round trip %.2f ms (%.2f-%.2f), "
+                   "PS push+pull %.2f ms (%.2f-%.2f) of which server update ~%.2f ms; ratio %.2f (%.2f without the update)\n",
+                   parameters, bytes / 1e6, servers, pp.median * 1e3, pp.low * 1e3, pp.high * 1e3, ps_clock.median * 1e3,
+                   ps_clock.low * 1e3, ps_clock.high * 1e3, update_per_clock * 1e3, pp.median / ps_clock.median,
+                   pp.median / (ps_clock.median - update_per_clock));
+    }
+  });
+}
