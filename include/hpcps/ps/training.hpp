@@ -198,6 +198,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       if constexpr (lockstep) team.barrier();
     }
     worker.finish();
+    worker.set_after_compute({});  // it refers to `options`, which the caller may drop now
     report.gradient_pushes = worker.gradient_pushes();
     // Totals over all workers: every sample trained on, over the slowest worker's training time.
     report.train_seconds = team.allreduce_value(local_seconds, MPI_MAX);
