@@ -69,8 +69,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0.0f, 0.999f));
   app.add_option("--weight-decay", cfg.weight_decay, "L2 weight decay")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--hidden", cfg.hidden, "Hidden layer sizes, e.g. 256,128")->delimiter(',')->capture_default_str();
-  app.add_option("--servers", cfg.servers, "Server ranks (the last ones); the rest are workers")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--servers", cfg.servers,
+                 "Server ranks (the last ones); the rest are workers. 0: colocated, every rank a worker and the "
+                 "server of its own shard (synchronous only)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--threads", cfg.threads, "Compute threads per worker rank")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", cfg.seed, "Seed for initialisation and shuffling")->capture_default_str();
   app.add_option("--report", cfg.report, "Write a JSON summary to this file (rank 0)");

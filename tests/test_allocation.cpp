@@ -17,11 +17,11 @@ using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::ba
 
 // Allocations made on this rank while the workers run `steps` clocks (after a first warm-up
 // clock) and the servers serve them; on a worker, only the steady-state steps are counted.
-long allocations_during(std::size_t steps) {
+long allocations_during(std::size_t steps, int servers) {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
   Server::Options options;
-  options.servers = 1;
+  options.servers = servers;
   options.max_batch = 8;
   Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
   std::vector<float> x(8 * 20, 0.5f);
@@ -54,8 +54,8 @@ TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
     WARN("needs at least 2 ranks (a worker and a server)");
     return;
   }
-  const long short_run = allocations_during(5);
-  const long long_run = allocations_during(25);
+  const long short_run = allocations_during(5, 1);
+  const long long_run = allocations_during(25, 1);
   const bool server = world.rank() == world.size() - 1;
   INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
   if (server) {
@@ -64,6 +64,10 @@ TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
     CHECK(short_run == 0);
     CHECK(long_run == 0);
   }
+  // Colocated: each step also runs the rank's server clock; still nothing allocated.
+  const long colocated = allocations_during(25, 0);
+  INFO("colocated: " << colocated << " allocations for 25 clocks");
+  CHECK(colocated == 0);
   // The counter is live: a vector allocates.
   const long before = hpcps_test::allocations.load();
   std::vector<int> v(10);

@@ -71,6 +71,12 @@ TEST_CASE("parameter shards are balanced, contiguous and cover the vector", "[ps
     CHECK(layout.role(0) == hpcps::ps::Role::worker);
   }
   CHECK_THROWS_WITH(hpcps::ps::Layout(world.size(), world.size(), 10), Catch::Contains("leave no worker"));
+  const hpcps::ps::Layout colocated(world.size(), 0, 1001);
+  CHECK(colocated.colocated());
+  CHECK(colocated.workers() == world.size());
+  CHECK(colocated.servers() == world.size());
+  CHECK(colocated.server_rank(world.size() - 1) == world.size() - 1);
+  CHECK(colocated.role(world.size() - 1) == hpcps::ps::Role::worker);
   CHECK_THROWS_WITH(hpcps::ps::Layout(4, 3, 2), Catch::Contains("3 servers for only 2 parameters"));
 }
 
@@ -85,8 +91,9 @@ void check_equivalence(const Network& net) {
   const auto world = hpcps::comm::Communicator::world();
   const float lr = 0.5f;
   const std::size_t b = 4, steps = 6;
-  for (int servers = 1; servers < world.size(); ++servers) {
-    const int workers = world.size() - servers;
+  // servers == 0 is the colocated layout: every rank a worker and the server of its own shard.
+  for (int servers = 0; servers < world.size(); ++servers) {
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
     const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), net.input_size(), net.output_size(), 77);
     typename Server::Options options;
     options.servers = servers;
@@ -106,6 +113,8 @@ void check_equivalence(const Network& net) {
       trained = worker.parameters();
     } else {
       ps.server().run();
+    }
+    if (ps.is_server()) {
       CHECK(ps.server().stats().updates == steps);
       for (std::size_t pushes : ps.server().stats().pushes_per_worker) CHECK(pushes == steps);
     }
@@ -125,11 +134,6 @@ void check_equivalence(const Network& net) {
 }  // namespace
 
 TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mpi]") {
-  const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs at least 2 ranks (a worker and a server)");
-    return;
-  }
   SECTION("mlp") { check_equivalence(Net({12, 10, 7, 3})); }
   SECTION("softmax regression") { check_equivalence(hpcps::nn::SoftmaxRegression(12, 3)); }
 }

@@ -28,8 +28,19 @@ inline constexpr float stop = -1.0f;  // this worker has finished: send it nothi
 
 class Layout {
  public:
-  Layout(int world_size, int servers, std::size_t parameters) : servers_(servers), parameters_(parameters) {
-    if (servers < 1 || servers >= world_size) {
+  // servers == 0 selects the colocated layout: every rank is a worker and also the server of
+  // shard `rank` (BytePS's and MXNet's colocated mode), so W ranks use W cores and one rank trains
+  // alone.
+  Layout(int world_size, int servers, std::size_t parameters)
+      : colocated_(servers == 0), servers_(servers == 0 ? world_size : servers), parameters_(parameters) {
+    if (colocated_) {
+      workers_ = world_size;
+      if (parameters < static_cast<std::size_t>(world_size)) {
+        throw Error(fmt::format("ps::Layout: {} colocated shards for only {} parameters", world_size, parameters));
+      }
+      return;
+    }
+    if (servers < 0 || servers >= world_size) {
       throw Error(fmt::format("ps::Layout: {} server(s) leave no worker among {} rank(s); "
                               "run with more ranks (mpiexec -n {}) or fewer --servers",
                               servers, world_size, servers + 1));
@@ -42,16 +53,19 @@ class Layout {
 
   int workers() const { return workers_; }
   int servers() const { return servers_; }
+  bool colocated() const { return colocated_; }
   std::size_t parameters() const { return parameters_; }
+  // The role that drives a rank's loop; a colocated rank is a worker that also serves its shard.
   Role role(int rank) const { return rank < workers_ ? Role::worker : Role::server; }
   int worker_rank(int worker) const { return worker; }
-  int server_rank(int server) const { return workers_ + server; }
-  int server_index(int rank) const { return rank - workers_; }
+  int server_rank(int server) const { return colocated_ ? server : workers_ + server; }
+  int server_index(int rank) const { return colocated_ ? rank : rank - workers_; }
   data::Range shard(int server) const {
     return data::shard_range(parameters_, static_cast<std::size_t>(server), static_cast<std::size_t>(servers_));
   }
 
  private:
+  bool colocated_ = false;
   int workers_ = 0, servers_ = 0;
   std::size_t parameters_ = 0;
 };

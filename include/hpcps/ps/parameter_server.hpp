@@ -54,7 +54,7 @@ class ParameterServer {
   using server_type = ps::Server<Sync, Optimizer>;
 
   struct Options {
-    int servers = 1;
+    int servers = 1;             // 0: colocated, every rank a worker and the server of its shard
     std::size_t max_batch = 64;  // largest per-worker batch a step will be given
     std::uint64_t seed = 1;      // parameter initialisation
   };
@@ -66,15 +66,27 @@ class ParameterServer {
       : world_(world.duplicate()),
         layout_(world_.size(), options.servers, network.parameter_count()),
         options_(options) {
-    if (layout_.role(world_.rank()) == ps::Role::worker) {
-      worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch);
-    } else {
+    const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
+    if (serves) {
       // Every server derives the same initial vector from the seed and keeps its own range, so
       // no rank has to send the initial model.
       std::vector<float> initial(network.parameter_count());
       network.initialize(initial.data(), options.seed);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, optimizer);
+    }
+    if (layout_.role(world_.rank()) == ps::Role::worker) {
+      worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch);
+    }
+    if (layout_.colocated()) {
+      if constexpr (Sync::aggregates) {
+        server_->start_aggregating();
+        worker_->set_local_server([server = server_.get()] { server->serve_clock(); });
+      } else {
+        throw Error(fmt::format("ParameterServer: the colocated layout (servers = 0) serves clock by clock and "
+                                "supports the synchronous strategy only, not '{}'",
+                                Sync::name));
+      }
     }
   }
   // Workers and servers refer to world_: the object stays where it was built.

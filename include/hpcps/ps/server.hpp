@@ -72,45 +72,58 @@ class Server {
 
  private:
   void run_aggregating() {
-    const std::size_t workers = active_.size();
-    std::size_t remaining = workers;
-    for (std::size_t w = 0; w < workers; ++w) {
+    start_aggregating();
+    while (serve_clock()) {
+    }
+  }
+
+ public:
+  // The aggregating loop one clock at a time, for a colocated rank whose worker drives it:
+  // start_aggregating() once (initial parameters out, receives posted), then serve_clock() after
+  // the rank's own push of each clock; it returns false once every worker has stopped.
+  void start_aggregating() {
+    static_assert(Sync::aggregates, "ps::Server: only the aggregating strategy is served clock by clock");
+    remaining_ = active_.size();
+    for (std::size_t w = 0; w < active_.size(); ++w) {
       reply(w);
       receives_.add(listen(w));
     }
-    metrics::PhaseClock clock;
-    while (remaining > 0) {
-      clock.start();
-      receives_.wait_all();
-      receives_.clear();
-      clock.charge(stats_.wait);
+  }
 
-      double total = 0.0;
-      const float* single = nullptr;  // the only contributor's slice, used in place
-      std::size_t contributors = 0;
-      for (std::size_t w = 0; w < workers; ++w) {
-        if (!active_[w]) continue;
-        const float* message = inbox(w);
-        if (message[0] == push_count::stop) {
-          active_[w] = 0;
-          --remaining;
-          continue;
-        }
-        ++stats_.clocks_per_worker[w];
-        if (message[0] <= 0.0f) continue;  // idle at this clock
-        ++stats_.pushes_per_worker[w];
-        total += message[0];
-        if (contributors == 0) {
-          single = message + 1;
-        } else {
-          accumulate(contributors == 1 ? single : nullptr, message + 1);
-        }
-        ++contributors;
+  bool serve_clock() {
+    const std::size_t workers = active_.size();
+    metrics::PhaseClock clock;
+    clock.start();
+    receives_.wait_all();
+    receives_.clear();
+    clock.charge(stats_.wait);
+    double total = 0.0;
+    const float* single = nullptr;  // the only contributor's slice, used in place
+    std::size_t contributors = 0;
+    for (std::size_t w = 0; w < workers; ++w) {
+      if (!active_[w]) continue;
+      const float* message = inbox(w);
+      if (message[0] == push_count::stop) {
+        active_[w] = 0;
+        --remaining_;
+        continue;
       }
-      // The previous clock's replies read params_: they must be out before params_ changes.
-      replies_.wait_all();
-      replies_.clear();
-      if (total > 0.0) apply(contributors == 1 ? single : sum_.data(), static_cast<float>(1.0 / total));
+      ++stats_.clocks_per_worker[w];
+      if (message[0] <= 0.0f) continue;  // idle at this clock
+      ++stats_.pushes_per_worker[w];
+      total += message[0];
+      if (contributors == 0) {
+        single = message + 1;
+      } else {
+        accumulate(contributors == 1 ? single : nullptr, message + 1);
+      }
+      ++contributors;
+    }
+    // The previous clock's replies read params_: they must be out before params_ changes.
+    replies_.wait_all();
+    replies_.clear();
+    if (total > 0.0) apply(contributors == 1 ? single : sum_.data(), static_cast<float>(1.0 / total));
+    if (remaining_ > 0) {
       const std::size_t slowest = slowest_active_clock();
       for (std::size_t w = 0; w < workers; ++w) {
         if (!active_[w]) continue;
@@ -118,10 +131,15 @@ class Server {
         reply(w);
         receives_.add(listen(w));
       }
-      clock.charge(stats_.update);
+    } else {
+      replies_.wait_all();
+      replies_.clear();
     }
+    clock.charge(stats_.update);
+    return remaining_ > 0;
   }
 
+ private:
   void run_individual() {
     const std::size_t workers = active_.size();
     std::size_t remaining = workers;
@@ -219,6 +237,7 @@ class Server {
   std::vector<float> params_, sum_, inbox_;
   typename Optimizer::State state_;
   std::vector<char> active_, waiting_;
+  std::size_t remaining_ = 0;
   comm::RequestSet receives_, replies_;
   ServerStats stats_;
 };

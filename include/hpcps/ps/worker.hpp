@@ -108,6 +108,7 @@ class Worker {
       sends_.add(message.isend(world_, layout_.server_rank(s), tags::push));
     }
     post_pulls();
+    if (serve_local_) serve_local_();  // colocated: this rank's server takes everyone's pushes now
     sends_.wait_all();
     sends_.clear();
     clock_.charge(times_.communicate);
@@ -123,6 +124,7 @@ class Worker {
     for (int s = 0; s < layout_.servers(); ++s) {
       sends_.add(count_only_push_[static_cast<std::size_t>(s)].isend(world_, layout_.server_rank(s), tags::push));
     }
+    if (serve_local_) serve_local_();
     sends_.wait_all();
     sends_.clear();
   }
@@ -149,6 +151,10 @@ class Worker {
   // Called after each clock's gradient with (clock, seconds it took), before the push: the hook a
   // straggler study or a test uses to slow this worker down. Its time counts as compute.
   void set_after_compute(std::function<void(std::size_t, double)> hook) { after_compute_ = std::move(hook); }
+
+  // Colocated layout: the rank's own server clock, run by step() between this worker's push and
+  // its pull (every rank does the same, so every server gets all pushes of the clock).
+  void set_local_server(std::function<void()> serve_clock) { serve_local_ = std::move(serve_clock); }
 
  private:
   float* compute_grad() {
@@ -191,6 +197,7 @@ class Worker {
   double compute_before_ = 0.0;
   std::size_t clock_count_ = 0, gradient_pushes_ = 0;
   std::function<void(std::size_t, double)> after_compute_;
+  std::function<void()> serve_local_;
 };
 
 }  // namespace hpcps::ps
