@@ -61,7 +61,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   typename Server::Options options;
   options.servers = cfg.servers;
   options.seed = cfg.seed;
-  options.max_batch = (cfg.batch + static_cast<std::size_t>(p.workers) - 1) / static_cast<std::size_t>(p.workers);
+  options.max_batch = hpcps::ps::worker_batch(cfg.batch, 0, p.workers);  // worker 0 gets the largest share
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
 
   if (root) {

@@ -42,7 +42,7 @@ class Server {
         sync_(sync),
         optimizer_(optimizer),
         params_(initial_parameters + range_.begin, initial_parameters + range_.end),
-        sum_(range_.size(), 0.0f),
+        sum_(Sync::aggregates ? range_.size() : 0, 0.0f),  // only the aggregating loop sums slices
         inbox_(static_cast<std::size_t>(layout.workers()) * (range_.size() + 1), 0.0f),
         state_(optimizer_.make_state(range_.size())) {
     const auto workers = static_cast<std::size_t>(layout.workers());
