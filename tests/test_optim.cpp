@@ -1,6 +1,7 @@
 // Server-side update rules and learning-rate schedules against hand-computed values.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -130,4 +131,26 @@ TEST_CASE("Adam follows its bias-corrected recurrence", "[optim]") {
   CHECK(q[1] == Approx(0.01f).epsilon(1e-4));
   CHECK_THROWS_AS(hpcps::optim::Adam(0.01f, 1.0f), hpcps::Error);
   CHECK_THROWS_AS(hpcps::optim::Adam(0.01f, 0.9f, 0.999f, 0.0f), hpcps::Error);
+}
+
+TEMPLATE_TEST_CASE("an update applied piece by piece equals the whole-shard update", "[optim]", StandardSgd, MomentumSgd,
+                   hpcps::optim::Adam) {
+  // A server applies its shard in pieces (cache blocks, pieces of a push as they arrive): each
+  // piece must find its own optimizer state at its offset, or momentum and moments would mix.
+  const std::size_t n = 37;
+  std::vector<float> whole(n), pieces(n), sum(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    whole[i] = pieces[i] = 0.01f * static_cast<float>(i) - 0.2f;
+    sum[i] = std::sin(static_cast<float>(i));
+  }
+  const TestType opt{};
+  auto whole_state = opt.make_state(n), piece_state = opt.make_state(n);
+  for (std::size_t step = 0; step < 3; ++step) {
+    opt.step(whole_state, whole.data(), sum.data(), 0.5f, n, step);
+    for (std::size_t begin = 0; begin < n; begin += 8) {
+      const std::size_t count = std::min<std::size_t>(8, n - begin);
+      opt.step(piece_state, begin, pieces.data() + begin, sum.data() + begin, 0.5f, count, step);
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) CHECK(pieces[i] == whole[i]);
 }

@@ -38,6 +38,11 @@ class Adam {
 
   // The mean gradient is sum * scale.
   void step(State& state, float* params, const float* sum, float scale, std::size_t n, std::size_t step) const {
+    this->step(state, 0, params, sum, scale, n, step);
+  }
+  // Elements [offset, offset + n) of the shard; params and sum point at element offset.
+  void step(State& state, std::size_t offset, float* params, const float* sum, float scale, std::size_t n,
+            std::size_t step) const {
     const double t = static_cast<double>(step + 1);
     // Bias corrections folded into the step size and epsilon, so the loop does one division.
     const auto c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1_), t));
@@ -45,8 +50,8 @@ class Adam {
     const float rate = schedule_.at(step) * c2 / c1;
     const float eps = epsilon_ * c2;
     const float b1 = beta1_, b2 = beta2_, wd = weight_decay_;
-    float* m = state.m.data();
-    float* v = state.v.data();
+    float* m = state.m.data() + offset;
+    float* v = state.v.data() + offset;
 #pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
       const float g = sum[i] * scale + wd * params[i];

@@ -14,13 +14,14 @@ namespace hpcps::optim {
 
 // The update policies take the gradient as a sum and a scale (the server's 1 / samples) plus the
 // weight decay, and fold them into their single pass over the shard: g = sum * scale + wd * params.
+// `offset` locates the piece [offset, offset + n) of the shard in the policy's State.
 
 // params -= lr * g
 struct VanillaUpdate {
   static constexpr const char* name = "sgd";
   struct State {};
   State make_state(std::size_t) const { return {}; }
-  void apply(State&, float* params, const float* sum, float scale, float wd, std::size_t n, float lr) const {
+  void apply(State&, std::size_t, float* params, const float* sum, float scale, float wd, std::size_t n, float lr) const {
 #pragma omp simd
     for (std::size_t i = 0; i < n; ++i) params[i] -= lr * (sum[i] * scale + wd * params[i]);
   }
@@ -44,8 +45,9 @@ class MomentumUpdate {
   bool nesterov() const { return nesterov_; }
 
   State make_state(std::size_t n) const { return State{std::vector<float>(n, 0.0f)}; }
-  void apply(State& state, float* params, const float* sum, float scale, float wd, std::size_t n, float lr) const {
-    float* v = state.velocity.data();
+  void apply(State& state, std::size_t offset, float* params, const float* sum, float scale, float wd, std::size_t n,
+             float lr) const {
+    float* v = state.velocity.data() + offset;
     const float mu = momentum_;
     if (nesterov_) {
 #pragma omp simd
@@ -90,7 +92,13 @@ class Sgd {
 
   // One update of a shard of n parameters; the mean gradient of the clock is sum * scale.
   void step(State& state, float* params, const float* sum, float scale, std::size_t n, std::size_t step) const {
-    update_.apply(state, params, sum, scale, weight_decay_, n, schedule_.at(step));
+    this->step(state, 0, params, sum, scale, n, step);
+  }
+  // The same update on elements [offset, offset + n) of the shard (params and sum point at element
+  // offset): a server applies its shard piece by piece, while other pieces are still in flight.
+  void step(State& state, std::size_t offset, float* params, const float* sum, float scale, std::size_t n,
+            std::size_t step) const {
+    update_.apply(state, offset, params, sum, scale, weight_decay_, n, schedule_.at(step));
   }
 
  private:

@@ -38,7 +38,7 @@ class ParameterServer {
                 "aggregates, staleness()); see docs/architecture.md#the-synchronization-concept");
   static_assert(optim::is_optimizer_v<Optimizer>,
                 "hpcps::ParameterServer: the fourth policy must be an update rule (State, name, "
-                "make_state(n), step(state, params, sum, scale, n, step)); see "
+                "make_state(n), step(state, offset, params, sum, scale, n, step)); see "
                 "docs/architecture.md#the-optimizer-concept");
   static_assert(!backend::is_backend_v<Backend> || nn::is_network_for_v<Network, Backend>,
                 "hpcps::ParameterServer: the network type cannot compute on this backend: it needs "
