@@ -23,6 +23,7 @@ long allocations_during(std::size_t steps, int servers) {
   Server::Options options;
   options.servers = servers;
   options.max_batch = 8;
+  options.piece_floats = 100;  // 536 parameters: several pieces per shard, several request sets
   Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
   std::vector<float> x(8 * 20, 0.5f);
   std::vector<std::int32_t> y(8, 1);

@@ -78,6 +78,27 @@ TEST_CASE("parameter shards are balanced, contiguous and cover the vector", "[ps
   CHECK(colocated.server_rank(world.size() - 1) == world.size() - 1);
   CHECK(colocated.role(world.size() - 1) == hpcps::ps::Role::worker);
   CHECK_THROWS_WITH(hpcps::ps::Layout(4, 3, 2), Catch::Contains("3 servers for only 2 parameters"));
+  CHECK_THROWS_WITH(hpcps::ps::Layout(4, 1, 10, 0), Catch::Contains("pieces of 0 floats"));
+}
+
+TEST_CASE("a shard's pieces are contiguous, at most piece_floats long, and cover it", "[ps]") {
+  for (const std::size_t piece : {std::size_t{1}, std::size_t{7}, std::size_t{250}, std::size_t{1000}, std::size_t{5000}}) {
+    const hpcps::ps::Layout layout(4, 3, 1001, piece);
+    for (int s = 0; s < 3; ++s) {
+      const auto shard = layout.shard(s);
+      INFO("server " << s << ", pieces of " << piece);
+      CHECK(layout.pieces(s) == (shard.size() + piece - 1) / piece);
+      std::size_t next = shard.begin;
+      for (std::size_t k = 0; k < layout.pieces(s); ++k) {
+        const auto p = layout.piece(s, k);
+        CHECK(p.begin == next);
+        CHECK(p.size() > 0);
+        CHECK(p.size() <= piece);
+        next = p.end;
+      }
+      CHECK(next == shard.end);
+    }
+  }
 }
 
 namespace {
@@ -86,7 +107,7 @@ namespace {
 // batch b produce the parameters of one worker with batch W*b over the same samples, for every
 // split of the ranks into workers and servers.
 template <class Network>
-void check_equivalence(const Network& net) {
+void check_equivalence(const Network& net, std::size_t piece_floats) {
   using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
   const float lr = 0.5f;
@@ -99,6 +120,7 @@ void check_equivalence(const Network& net) {
     options.servers = servers;
     options.max_batch = b;
     options.seed = 5;
+    options.piece_floats = piece_floats;
     Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
     std::vector<float> trained;
     if (ps.is_worker()) {
@@ -120,7 +142,7 @@ void check_equivalence(const Network& net) {
     }
     if (ps.is_worker()) {
       const auto reference = sequential_sgd(net, data, b * static_cast<std::size_t>(workers), steps, lr, 5);
-      INFO(net.describe() << ", servers " << servers << ", workers " << workers);
+      INFO(net.describe() << ", servers " << servers << ", workers " << workers << ", pieces of " << piece_floats);
       CHECK(max_relative_difference(trained, reference) < 1e-4);
       // And the parameters really moved: the comparison is not between two initial vectors.
       std::vector<float> initial(net.parameter_count());
@@ -134,8 +156,14 @@ void check_equivalence(const Network& net) {
 }  // namespace
 
 TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mpi]") {
-  SECTION("mlp") { check_equivalence(Net({12, 10, 7, 3})); }
-  SECTION("softmax regression") { check_equivalence(hpcps::nn::SoftmaxRegression(12, 3)); }
+  // Whole shards in one message, and shards cut into many pieces of 7 floats (the last one short):
+  // the server sums and updates piece by piece, and the result must not change.
+  for (const std::size_t piece : {hpcps::ps::Layout::default_piece_floats, std::size_t{7}}) {
+    SECTION("mlp, pieces of " + std::to_string(piece)) { check_equivalence(Net({12, 10, 7, 3}), piece); }
+    SECTION("softmax regression, pieces of " + std::to_string(piece)) {
+      check_equivalence(hpcps::nn::SoftmaxRegression(12, 3), piece);
+    }
+  }
 }
 
 TEST_CASE("synchronous training is reproducible and uneven shards end cleanly", "[ps][mpi]") {

@@ -34,7 +34,7 @@ struct Outcome {
 // Trains on 61 samples (uneven shards for 2 and 3 workers) with a global batch of 4; worker w
 // sleeps at random after its gradients, and the last worker is a steady straggler if asked.
 template <class Sync>
-Outcome train_with_delays(Sync sync, std::uint64_t seed, bool straggler) {
+Outcome train_with_delays(Sync sync, std::uint64_t seed, bool straggler, std::size_t piece_floats = 5) {
   using Server = hpcps::ParameterServer<Net, hpcps::backend::Cpu, Sync, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
   const Net net({5, 6, 3});
@@ -42,6 +42,7 @@ Outcome train_with_delays(Sync sync, std::uint64_t seed, bool straggler) {
   typename Server::Options options;
   options.servers = 1;
   options.max_batch = 4;
+  options.piece_floats = piece_floats;  // 57 parameters in pieces: a push is 12 messages
   Server ps(world, net, hpcps::backend::Cpu(1), options, sync, hpcps::optim::StandardSgd(0.05f));
   const int workers = ps.layout().workers();
   hpcps::ps::TrainOptions train;
@@ -93,11 +94,13 @@ bool enough_ranks() {
 
 TEST_CASE("every pushed gradient slice is applied exactly once, under every strategy", "[sync][mpi]") {
   if (!enough_ranks()) return;
+  // Seed 1 sends each push and reply as 12 pieces of at most 5 floats, seed 2 as one message.
   for (std::uint64_t seed : {1u, 2u}) {
-    SECTION("bsp") { check_exactly_once(train_with_delays(hpcps::sync::Synchronous{}, seed, false)); }
-    SECTION("ssp s=0") { check_exactly_once(train_with_delays(hpcps::sync::StaleSynchronous(0), seed, false)); }
-    SECTION("ssp s=2") { check_exactly_once(train_with_delays(hpcps::sync::StaleSynchronous(2), seed, false)); }
-    SECTION("async") { check_exactly_once(train_with_delays(hpcps::sync::Asynchronous{}, seed, false)); }
+    const std::size_t piece = seed == 1 ? 5 : hpcps::ps::Layout::default_piece_floats;
+    SECTION("bsp") { check_exactly_once(train_with_delays(hpcps::sync::Synchronous{}, seed, false, piece)); }
+    SECTION("ssp s=0") { check_exactly_once(train_with_delays(hpcps::sync::StaleSynchronous(0), seed, false, piece)); }
+    SECTION("ssp s=2") { check_exactly_once(train_with_delays(hpcps::sync::StaleSynchronous(2), seed, false, piece)); }
+    SECTION("async") { check_exactly_once(train_with_delays(hpcps::sync::Asynchronous{}, seed, false, piece)); }
   }
 }
 

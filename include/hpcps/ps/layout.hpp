@@ -2,6 +2,12 @@
 // Who is who: ranks [0, W) are workers and ranks [W, W+S) are servers, so rank 0 is always a
 // worker (it holds the whole model and can report test accuracy). Server s owns the contiguous
 // range shard_range(P, s, S) of the flat parameter vector.
+//
+// A shard travels as pieces of at most piece_floats floats, each its own message, in both
+// directions: the server sums and updates piece k while piece k+1 of the push is still arriving
+// and piece k-1 of the pull is already on its way back (BytePS partitions large tensors the same
+// way). Both sides derive the same pieces from the numbers, so no message says how it was cut.
+#include <algorithm>
 #include <cstddef>
 
 #include <fmt/format.h>
@@ -16,8 +22,8 @@ enum class Role { worker, server };
 // Message tags between workers and servers. Per (source, tag) pair MPI delivers in order, so the
 // clock of a message is implicit: the k-th push from a worker is its clock k.
 namespace tags {
-inline constexpr int push = 11;    // worker -> server: [sample count, gradient slice]
-inline constexpr int params = 12;  // server -> worker: parameter slice
+inline constexpr int push = 11;    // worker -> server: [sample count, piece 0], then pieces 1, 2, ...
+inline constexpr int params = 12;  // server -> worker: parameter pieces 0, 1, ...
 }  // namespace tags
 
 // Leading float of a push: number of samples summed into the slice, or one of these markers.
@@ -31,8 +37,14 @@ class Layout {
   // servers == 0 selects the colocated layout: every rank is a worker and also the server of
   // shard `rank` (BytePS's and MXNet's colocated mode), so W ranks use W cores and one rank trains
   // alone.
-  Layout(int world_size, int servers, std::size_t parameters)
-      : colocated_(servers == 0), servers_(servers == 0 ? world_size : servers), parameters_(parameters) {
+  static constexpr std::size_t default_piece_floats = std::size_t{1} << 20;  // 4 MiB messages
+
+  Layout(int world_size, int servers, std::size_t parameters, std::size_t piece_floats = default_piece_floats)
+      : colocated_(servers == 0),
+        servers_(servers == 0 ? world_size : servers),
+        parameters_(parameters),
+        piece_floats_(piece_floats) {
+    if (piece_floats == 0) throw Error("ps::Layout: pieces of 0 floats; give at least 1 float per message");
     if (colocated_) {
       workers_ = world_size;
       if (parameters < static_cast<std::size_t>(world_size)) {
@@ -63,11 +75,24 @@ class Layout {
   data::Range shard(int server) const {
     return data::shard_range(parameters_, static_cast<std::size_t>(server), static_cast<std::size_t>(servers_));
   }
+  std::size_t piece_floats() const { return piece_floats_; }
+  // Messages a shard travels as (at least one, even for an empty shard).
+  std::size_t pieces(int server) const {
+    const std::size_t n = shard(server).size();
+    return n == 0 ? 1 : (n + piece_floats_ - 1) / piece_floats_;
+  }
+  // Piece k of server s's shard, in absolute parameter indices.
+  data::Range piece(int server, std::size_t k) const {
+    const data::Range r = shard(server);
+    const std::size_t begin = std::min(r.end, r.begin + k * piece_floats_);
+    return {begin, std::min(r.end, begin + piece_floats_)};
+  }
 
  private:
   bool colocated_ = false;
   int workers_ = 0, servers_ = 0;
   std::size_t parameters_ = 0;
+  std::size_t piece_floats_ = default_piece_floats;
 };
 
 }  // namespace hpcps::ps

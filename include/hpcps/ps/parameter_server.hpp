@@ -57,6 +57,9 @@ class ParameterServer {
     int servers = 1;             // 0: colocated, every rank a worker and the server of its shard
     std::size_t max_batch = 64;  // largest per-worker batch a step will be given
     std::uint64_t seed = 1;      // parameter initialisation
+    // Largest message of a push or pull: a shard travels as pieces of this many floats, so the
+    // server's update and both directions of transfer overlap (ps/layout.hpp).
+    std::size_t piece_floats = ps::Layout::default_piece_floats;
   };
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
@@ -64,7 +67,7 @@ class ParameterServer {
   ParameterServer(const comm::Communicator& world, Network network, Backend backend, Options options,
                   Sync sync = Sync{}, Optimizer optimizer = Optimizer{})
       : world_(world.duplicate()),
-        layout_(world_.size(), options.servers, network.parameter_count()),
+        layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options) {
     const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
     if (serves) {

@@ -3,10 +3,13 @@
 // Data flows worker -> server -> worker: a worker pushes [count, gradient slice], and the server
 // answers with its parameter slice when the synchronization rule allows; nothing is requested.
 //
-// Two loops, chosen by the strategy's `aggregates`:
+// A push and a reply travel as the layout's pieces (ps/layout.hpp). Two loops, chosen by the
+// strategy's `aggregates`:
 // - aggregating (bulk-synchronous): per clock, one push from every active worker, summed in
 //   worker-rank order (the result does not depend on arrival order), one update, then every
-//   active worker gets the new shard;
+//   active worker gets the new shard. Piece by piece: once piece k has arrived from everyone it
+//   is summed, updated and sent back while later pieces are still arriving, so the update and
+//   both directions of transfer overlap;
 // - individual (asynchronous, stale-bounded): each push is applied as it arrives, in arrival
 //   order; the worker that sent it is answered once it is at most `staleness()` clocks ahead of the
 //   slowest active worker, else it waits until the slowest catches up.
@@ -18,6 +21,7 @@
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/request.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
+#include "hpcps/ps/detail/aggregate.hpp"
 #include "hpcps/ps/layout.hpp"
 
 namespace hpcps::ps {
@@ -42,27 +46,47 @@ class Server {
         sync_(sync),
         optimizer_(optimizer),
         params_(initial_parameters + range_.begin, initial_parameters + range_.end),
-        sum_(Sync::aggregates ? range_.size() : 0, 0.0f),  // only the aggregating loop sums slices
+        block_(Sync::aggregates ? detail::aggregate_block : 0, 0.0f),  // only the aggregating loop sums slices
         inbox_(static_cast<std::size_t>(layout.workers()) * (range_.size() + 1), 0.0f),
         state_(optimizer_.make_state(range_.size())) {
     const auto workers = static_cast<std::size_t>(layout.workers());
+    for (std::size_t k = 0; k < layout.pieces(index); ++k) {
+      const data::Range p = layout.piece(index, k);
+      pieces_.push_back({p.begin - range_.begin, p.end - range_.begin});
+    }
     stats_.pushes_per_worker.assign(workers, 0);
     stats_.clocks_per_worker.assign(workers, 0);
     active_.assign(workers, 1);
     waiting_.assign(workers, 0);
-    receives_.reserve(workers);
-    replies_.reserve(workers);
+    pieces_in_.assign(workers, 0);
+    contributors_.reserve(workers);
+    piece_slices_.reserve(workers);
+    if constexpr (Sync::aggregates) {
+      piece_receives_.resize(pieces_.size());
+      piece_replies_.resize(pieces_.size());
+      for (auto& set : piece_receives_) set.reserve(workers);
+      for (auto& set : piece_replies_) set.reserve(workers);
+    } else {
+      receives_.reserve(workers * pieces_.size());  // slot w * pieces + k: worker w's piece k
+      replies_.reserve(workers * pieces_.size());
+    }
   }
 
   // Serves until every worker has sent its stop marker.
   void run() {
     if constexpr (Sync::aggregates) {
-      run_aggregating();
+      start_aggregating();
+      while (serve_clock()) {
+      }
+      for (auto& set : piece_replies_) {
+        set.wait_all();
+        set.clear();
+      }
     } else {
       run_individual();
+      replies_.wait_all();
+      replies_.clear();
     }
-    replies_.wait_all();
-    replies_.clear();
   }
 
   const std::vector<float>& parameters() const { return params_; }
@@ -70,23 +94,17 @@ class Server {
   const ServerStats& stats() const { return stats_; }
   const Sync& sync() const { return sync_; }
 
- private:
-  void run_aggregating() {
-    start_aggregating();
-    while (serve_clock()) {
-    }
-  }
-
- public:
   // The aggregating loop one clock at a time, for a colocated rank whose worker drives it:
   // start_aggregating() once (initial parameters out, receives posted), then serve_clock() after
   // the rank's own push of each clock; it returns false once every worker has stopped.
   void start_aggregating() {
     static_assert(Sync::aggregates, "ps::Server: only the aggregating strategy is served clock by clock");
     remaining_ = active_.size();
-    for (std::size_t w = 0; w < active_.size(); ++w) {
-      reply(w);
-      receives_.add(listen(w));
+    for (std::size_t k = 0; k < pieces_.size(); ++k) {
+      for (std::size_t w = 0; w < active_.size(); ++w) {
+        piece_replies_[k].add(reply(w, k));
+        piece_receives_[k].add(listen(w, k));
+      }
     }
   }
 
@@ -94,12 +112,11 @@ class Server {
     const std::size_t workers = active_.size();
     metrics::PhaseClock clock;
     clock.start();
-    receives_.wait_all();
-    receives_.clear();
+    // Piece 0 carries every worker's sample count or stop marker: it decides the clock.
+    piece_receives_[0].wait_all();
     clock.charge(stats_.wait);
     double total = 0.0;
-    const float* single = nullptr;  // the only contributor's slice, used in place
-    std::size_t contributors = 0;
+    contributors_.clear();
     for (std::size_t w = 0; w < workers; ++w) {
       if (!active_[w]) continue;
       const float* message = inbox(w);
@@ -112,47 +129,62 @@ class Server {
       if (message[0] <= 0.0f) continue;  // idle at this clock
       ++stats_.pushes_per_worker[w];
       total += message[0];
-      if (contributors == 0) {
-        single = message + 1;
-      } else {
-        accumulate(contributors == 1 ? single : nullptr, message + 1);
-      }
-      ++contributors;
+      contributors_.push_back(message + 1);
     }
-    // The previous clock's replies read params_: they must be out before params_ changes.
-    replies_.wait_all();
-    replies_.clear();
-    if (total > 0.0) apply(contributors == 1 ? single : sum_.data(), static_cast<float>(1.0 / total));
     if (remaining_ > 0) {
       const std::size_t slowest = slowest_active_clock();
       for (std::size_t w = 0; w < workers; ++w) {
-        if (!active_[w]) continue;
-        note_staleness(stats_.clocks_per_worker[w] - slowest);
-        reply(w);
-        receives_.add(listen(w));
+        if (active_[w]) note_staleness(stats_.clocks_per_worker[w] - slowest);
       }
-    } else {
-      replies_.wait_all();
-      replies_.clear();
     }
+    const auto scale = total > 0.0 ? static_cast<float>(1.0 / total) : 0.0f;
     clock.charge(stats_.update);
+    for (std::size_t k = 0; k < pieces_.size(); ++k) {
+      const data::Range p = pieces_[k];
+      // Every sender of this clock, the stopping ones too, sends every piece (empty if it has no
+      // gradient): all of piece k must be in before its receives are posted again.
+      piece_receives_[k].wait_all();
+      piece_receives_[k].clear();
+      // The previous clock's replies of this piece read params_: out before it changes.
+      piece_replies_[k].wait_all();
+      piece_replies_[k].clear();
+      clock.charge(stats_.wait);
+      if (!contributors_.empty()) {
+        piece_slices_.clear();
+        for (const float* slice : contributors_) piece_slices_.push_back(slice + p.begin);
+        detail::aggregate_and_step(optimizer_, state_, p.begin, params_.data() + p.begin, piece_slices_.data(),
+                                   piece_slices_.size(), scale, p.size(), stats_.updates, block_.data());
+      }
+      if (remaining_ > 0) {
+        for (std::size_t w = 0; w < workers; ++w) {
+          if (!active_[w]) continue;
+          piece_replies_[k].add(reply(w, k));
+          piece_receives_[k].add(listen(w, k));
+        }
+      }
+      clock.charge(stats_.update);
+    }
+    if (!contributors_.empty()) ++stats_.updates;
     return remaining_ > 0;
   }
 
  private:
   void run_individual() {
     const std::size_t workers = active_.size();
+    const std::size_t pieces = pieces_.size();
     std::size_t remaining = workers;
     for (std::size_t w = 0; w < workers; ++w) {
-      reply(w);
-      receives_.add(listen(w));  // slot w belongs to worker w
+      add_reply(w);
+      for (std::size_t k = 0; k < pieces; ++k) receives_.add(listen(w, k));
     }
     metrics::PhaseClock clock;
     while (remaining > 0) {
       clock.start();
-      const int slot = receives_.wait_any();
+      const auto slot = static_cast<std::size_t>(receives_.wait_any());
       clock.charge(stats_.wait);
-      const auto w = static_cast<std::size_t>(slot);
+      const std::size_t w = slot / pieces;
+      if (++pieces_in_[w] < pieces) continue;  // the rest of worker w's push is still arriving
+      pieces_in_[w] = 0;
       const float* message = inbox(w);
       // Answers in flight read params_, and the reply set stays within its capacity.
       replies_.wait_all();
@@ -165,10 +197,11 @@ class Server {
         ++stats_.clocks_per_worker[w];
         if (message[0] > 0.0f) {
           ++stats_.pushes_per_worker[w];
-          apply(message + 1, 1.0f / message[0]);
+          optimizer_.step(state_, 0, params_.data(), message + 1, 1.0f / message[0], params_.size(), stats_.updates);
+          ++stats_.updates;
         }
         waiting_[w] = 1;
-        receives_.replace(w, listen(w));
+        for (std::size_t k = 0; k < pieces; ++k) receives_.replace(w * pieces + k, listen(w, k));
       }
       answer_waiting_workers();
       clock.charge(stats_.update);
@@ -184,7 +217,7 @@ class Server {
       if (ahead > sync_.staleness()) continue;
       note_staleness(ahead);
       waiting_[w] = 0;
-      reply(w);
+      add_reply(w);
     }
   }
 
@@ -200,33 +233,22 @@ class Server {
   // How far ahead of the slowest active worker a worker is when it gets parameters.
   void note_staleness(std::size_t ahead) { stats_.max_staleness = std::max(stats_.max_staleness, ahead); }
 
+  // Worker w's latest push: [count, slice], piece k of the slice at inbox(w) + 1 + pieces_[k].begin.
   float* inbox(std::size_t worker) { return inbox_.data() + worker * (range_.size() + 1); }
 
-  // sum_ += slice, in worker-rank order; with `first` (the first contributor's slice) given, the
-  // first two are added in one pass: sum_ = first + slice.
-  void accumulate(const float* first, const float* slice) {
-    float* sum = sum_.data();
-    const std::size_t n = sum_.size();
-    if (first != nullptr) {
-#pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) sum[i] = first[i] + slice[i];
-    } else {
-#pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) sum[i] += slice[i];
-    }
+  void add_reply(std::size_t worker) {
+    for (std::size_t k = 0; k < pieces_.size(); ++k) replies_.add(reply(worker, k));
   }
-
-  // params_ <- update rule with the mean gradient gradient_sum * scale, in one pass.
-  void apply(const float* gradient_sum, float scale) {
-    optimizer_.step(state_, params_.data(), gradient_sum, scale, params_.size(), stats_.updates);
-    ++stats_.updates;
+  comm::Request reply(std::size_t worker, std::size_t k) {
+    const data::Range p = pieces_[k];
+    return world_.isend(params_.data() + p.begin, p.size(), layout_.worker_rank(static_cast<int>(worker)), tags::params);
   }
-
-  void reply(std::size_t worker) {
-    replies_.add(world_.isend(params_.data(), params_.size(), layout_.worker_rank(static_cast<int>(worker)), tags::params));
-  }
-  comm::Request listen(std::size_t worker) {
-    return world_.irecv(inbox(worker), range_.size() + 1, layout_.worker_rank(static_cast<int>(worker)), tags::push);
+  // Piece 0's receive takes the leading count too.
+  comm::Request listen(std::size_t worker, std::size_t k) {
+    const data::Range p = pieces_[k];
+    const std::size_t lead = k == 0 ? 0 : 1;
+    return world_.irecv(inbox(worker) + lead + p.begin, p.size() + 1 - lead,
+                        layout_.worker_rank(static_cast<int>(worker)), tags::push);
   }
 
   const comm::Communicator& world_;
@@ -234,11 +256,16 @@ class Server {
   data::Range range_;
   Sync sync_;
   Optimizer optimizer_;
-  std::vector<float> params_, sum_, inbox_;
+  std::vector<float> params_, block_, inbox_;
   typename Optimizer::State state_;
+  std::vector<data::Range> pieces_;  // relative to the shard
   std::vector<char> active_, waiting_;
+  std::vector<std::size_t> pieces_in_;        // individual loop: pieces of the current push received, by worker
+  std::vector<const float*> contributors_;    // aggregating loop: this clock's slices, in worker-rank order
+  std::vector<const float*> piece_slices_;    // the same, advanced to the piece being summed
   std::size_t remaining_ = 0;
-  comm::RequestSet receives_, replies_;
+  std::vector<comm::RequestSet> piece_receives_, piece_replies_;  // aggregating loop: one set per piece
+  comm::RequestSet receives_, replies_;                           // individual loop
   ServerStats stats_;
 };
 

@@ -64,13 +64,16 @@ class Worker {
       device_params_ = backend.make_buffer(layout.parameters());
       device_grad_ = backend.make_buffer(layout.parameters());
     }
+    std::size_t pieces = 0;
     for (int s = 0; s < layout.servers(); ++s) {
-      const data::Range r = layout.shard(s);
-      full_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}, {grad_.data() + r.begin, r.size()}});
+      const data::Range first = layout.piece(s, 0);
+      full_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}, {grad_.data() + first.begin, first.size()}});
       count_only_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}});
+      for (std::size_t k = 0; k < layout.pieces(s); ++k) pull_pieces_.push_back(layout.piece(s, k));
+      pieces += layout.pieces(s);
     }
-    sends_.reserve(static_cast<std::size_t>(layout.servers()));
-    receives_.reserve(static_cast<std::size_t>(layout.servers()));
+    sends_.reserve(pieces);
+    receives_.reserve(pieces);
   }
 
   // Receives the initial parameters every server sends before its first clock.
@@ -104,8 +107,7 @@ class Worker {
           backend_.download(Backend::data(device_grad_) + r.begin, r.size(), grad_.data() + r.begin);
         }
       }
-      const auto& message = count > 0 ? full_push_[server] : count_only_push_[server];
-      sends_.add(message.isend(world_, layout_.server_rank(s), tags::push));
+      push_pieces(s, count > 0 ? full_push_[server] : count_only_push_[server], count > 0);
     }
     post_pulls();
     if (serve_local_) serve_local_();  // colocated: this rank's server takes everyone's pushes now
@@ -121,9 +123,7 @@ class Worker {
   // Tells every server this worker is done; no reply comes.
   void finish() {
     count_slot_ = push_count::stop;
-    for (int s = 0; s < layout_.servers(); ++s) {
-      sends_.add(count_only_push_[static_cast<std::size_t>(s)].isend(world_, layout_.server_rank(s), tags::push));
-    }
+    for (int s = 0; s < layout_.servers(); ++s) push_pieces(s, count_only_push_[static_cast<std::size_t>(s)], false);
     if (serve_local_) serve_local_();
     sends_.wait_all();
     sends_.clear();
@@ -161,22 +161,34 @@ class Worker {
     if constexpr (Backend::host_accessible) return grad_.data();
     else return Backend::data(device_grad_);
   }
-  void post_pulls() {
-    for (int s = 0; s < layout_.servers(); ++s) {
-      const data::Range r = layout_.shard(s);
-      receives_.add(world_.irecv(params_.data() + r.begin, r.size(), layout_.server_rank(s), tags::params));
+  // Piece 0 carries the sample count (or a marker); an idle or stopping worker still sends every
+  // piece, empty, so each server always receives the same number of messages per clock and its
+  // receives, posted in advance, match them in order.
+  void push_pieces(int s, const comm::FloatSegments& first, bool with_gradient) {
+    const int rank = layout_.server_rank(s);
+    sends_.add(first.isend(world_, rank, tags::push));
+    for (std::size_t k = 1; k < layout_.pieces(s); ++k) {
+      const data::Range p = layout_.piece(s, k);
+      sends_.add(world_.isend(grad_.data() + p.begin, with_gradient ? p.size() : 0, rank, tags::push));
     }
   }
-  // Waits for every server's slice; a device backend uploads each slice as it arrives, so the
-  // copies overlap the wait for the others.
+  void post_pulls() {
+    for (int s = 0; s < layout_.servers(); ++s) {
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
+        const data::Range p = layout_.piece(s, k);
+        receives_.add(world_.irecv(params_.data() + p.begin, p.size(), layout_.server_rank(s), tags::params));
+      }
+    }
+  }
+  // Waits for every piece of every server's slice; a device backend uploads each piece as it
+  // arrives, so the copies overlap the wait for the others.
   void complete_pulls() {
     if constexpr (Backend::host_accessible) {
       receives_.wait_all();
     } else {
-      for (int done = 0; done < layout_.servers(); ++done) {
-        const int s = receives_.wait_any();
-        const data::Range r = layout_.shard(s);
-        backend_.upload(params_.data() + r.begin, r.size(), Backend::data(device_params_) + r.begin);
+      for (std::size_t done = 0; done < pull_pieces_.size(); ++done) {
+        const data::Range p = pull_pieces_[static_cast<std::size_t>(receives_.wait_any())];
+        backend_.upload(params_.data() + p.begin, p.size(), Backend::data(device_params_) + p.begin);
       }
     }
     receives_.clear();
@@ -190,7 +202,8 @@ class Worker {
   host_vector params_, grad_;
   typename Backend::buffer_type device_params_{}, device_grad_{};
   float count_slot_ = 0.0f;
-  std::vector<comm::FloatSegments> full_push_, count_only_push_;
+  std::vector<comm::FloatSegments> full_push_, count_only_push_;  // piece 0 of each server's push
+  std::vector<data::Range> pull_pieces_;                         // in the order post_pulls() posts them
   comm::RequestSet sends_, receives_;
   metrics::PhaseClock clock_;
   WorkerTimes times_;
