@@ -2,7 +2,13 @@
 """The PyTorch peer: 784-256-128-10 (ReLU) on Fashion-MNIST, SGD with momentum, the same batch
 and learning rate as bench/local_training, on a given number of threads. Prints one JSON line per
 epoch: training seconds (data already in memory as tensors), samples, test accuracy. Uses Debian's
-python3-torch: run with /usr/bin/python3."""
+python3-torch: run with /usr/bin/python3.
+
+With --evaluations-per-epoch E it also evaluates the test set at the clocks hpcps::ps::train uses
+(every clocks // E batches, and at each epoch's end) and prints one line per evaluation, marked
+"type": "evaluation", with the fractional epoch and the training seconds so far, evaluation time
+excluded; --target-accuracy then stops at the first evaluation that reaches it (time-to-accuracy,
+bench/time_to_accuracy.py). Without these options its output is as it always was."""
 import argparse
 import gzip
 import json
@@ -27,6 +33,13 @@ def load(folder, prefix):
     return torch.from_numpy(images.astype(np.float32) / 255.0), torch.from_numpy(labels.astype(np.int64))
 
 
+def evaluation_clocks(clocks, evaluations_per_epoch):
+    """Batches (counted from 1) of an epoch after which to evaluate: the schedule of
+    hpcps::ps::train, so both sides sample their accuracy curves at the same fractional epochs."""
+    every = max(1, clocks // max(1, evaluations_per_epoch))
+    return {c for c in range(1, clocks + 1) if c == clocks or c % every == 0}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -34,27 +47,53 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--evaluations-per-epoch", type=int, default=0,
+                   help="0: evaluate once per epoch, print epoch lines only (the default output)")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="stop at the first evaluation with at least this test accuracy")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(1)
+    torch.manual_seed(args.seed)
     x, y = load(args.data, "train")
     tx, ty = load(args.data, "t10k")
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128), torch.nn.ReLU(),
                                 torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
+    clocks = (x.shape[0] + args.batch - 1) // args.batch
+    at = evaluation_clocks(clocks, args.evaluations_per_epoch) if args.evaluations_per_epoch > 0 else {clocks}
+    train_seconds, samples = 0.0, 0
     for epoch in range(args.epochs):
         order = torch.randperm(x.shape[0])
+        seconds = 0.0
         start = time.perf_counter()
-        for b in range(0, x.shape[0], args.batch):
+        reached = False
+        for c, b in enumerate(range(0, x.shape[0], args.batch), start=1):
             idx = order[b:b + args.batch]
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x[idx]), y[idx])
             loss.backward()
             opt.step()
-        seconds = time.perf_counter() - start
-        with torch.no_grad():
-            accuracy = (model(tx).argmax(1) == ty).float().mean().item()
+            samples += idx.shape[0]
+            if c not in at:
+                continue
+            seconds += time.perf_counter() - start
+            train_seconds_now = train_seconds + seconds
+            with torch.no_grad():
+                out = model(tx)
+                accuracy = (out.argmax(1) == ty).float().mean().item()
+                test_loss = loss_fn(out, ty).item()
+            if args.evaluations_per_epoch > 0:
+                print(json.dumps({"type": "evaluation", "epoch": epoch + c / clocks, "train_seconds": train_seconds_now,
+                                  "samples": samples, "test_accuracy": accuracy, "test_loss": test_loss}), flush=True)
+                reached = args.target_accuracy is not None and accuracy >= args.target_accuracy
+                if reached:
+                    break
+            start = time.perf_counter()
+        if reached:
+            break
+        train_seconds += seconds
         print(json.dumps({"epoch": epoch + 1, "seconds": seconds, "samples": x.shape[0], "test_accuracy": accuracy}),
               flush=True)
 

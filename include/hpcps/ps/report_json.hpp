@@ -42,7 +42,7 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
   for (const Evaluation& v : r.evaluations) {
     json.begin_object();
     json.field("epoch", v.epoch).field("elapsed_seconds", v.elapsed_seconds).field("test_loss", v.test_loss);
-    json.field("test_accuracy", v.test_accuracy);
+    json.field("test_accuracy", v.test_accuracy).field("train_seconds", v.train_seconds);
     json.end_object();
   }
   json.end_array();

@@ -51,8 +51,11 @@ struct EpochReport {
 // One test-set evaluation on rank 0, for time-to-accuracy curves.
 struct Evaluation {
   double epoch = 0.0;            // fractional: 2.5 is half way through the third epoch
-  double elapsed_seconds = 0.0;  // since training started
+  double elapsed_seconds = 0.0;  // since training started, at the end of this evaluation
   double test_loss = 0.0, test_accuracy = 0.0;
+  // Training time before this evaluation: elapsed time less every evaluation so far (this one
+  // included), so time-to-accuracy compares with peers that do not count evaluation either.
+  double train_seconds = 0.0;
 };
 
 struct TrainingReport {
@@ -143,15 +146,20 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     const bool evaluating = w == 0 && options.evaluate && test_set != nullptr;
     if (evaluating) report.evaluations.reserve(options.epochs * (options.evaluations_per_epoch + 1));
     const std::size_t evaluate_every = std::max<std::size_t>(1, clocks / std::max<std::size_t>(1, options.evaluations_per_epoch));
+    double evaluating_seconds = 0.0;  // rank 0's time in evaluations so far
     auto evaluate = [&](double epoch) -> const Evaluation& {
+      const double before = metrics::seconds_since(started);
       const nn::BatchStats t = worker.network().evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
                                                          test_set->images.data(), test_set->labels.data(), test_set->count);
-      report.evaluations.push_back({epoch, metrics::seconds_since(started), t.mean_loss(), t.accuracy()});
+      const double after = metrics::seconds_since(started);
+      evaluating_seconds += after - before;
+      report.evaluations.push_back({epoch, after, t.mean_loss(), t.accuracy(), after - evaluating_seconds});
       return report.evaluations.back();
     };
     worker.start();
     for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
       const auto epoch_started = std::chrono::steady_clock::now();
+      const double evaluating_before = evaluating_seconds;
       worker.reset_times();
       batcher.start_epoch(epoch);
       nn::BatchStats stats;
@@ -168,17 +176,21 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       }
       EpochReport e;
       e.epoch = epoch + 1;
+      // Evaluations inside the epoch (evaluations_per_epoch > 1) stall every worker of a
+      // bulk-synchronous run at rank 0's next clock: that time is evaluation, not training.
+      const double evaluated_in_epoch = evaluating_seconds - evaluating_before;
       e.seconds = metrics::seconds_since(epoch_started);
-      local_seconds += e.seconds;
       local_samples += stats.count;
-      double sums[6] = {stats.loss_sum, static_cast<double>(stats.count), static_cast<double>(stats.correct),
-                        worker.times().compute, worker.times().communicate, worker.times().wait};
+      double sums[7] = {stats.loss_sum, static_cast<double>(stats.count), static_cast<double>(stats.correct),
+                        worker.times().compute, worker.times().communicate, worker.times().wait, evaluated_in_epoch};
       int contributors = 1;
       if constexpr (lockstep) {
         e.seconds = team.allreduce_value(e.seconds, MPI_MAX);
-        team.allreduce_in_place(sums, 6, MPI_SUM);
+        team.allreduce_in_place(sums, 7, MPI_SUM);
         contributors = workers;
       }
+      e.seconds = std::max(0.0, e.seconds - sums[6]);  // only rank 0 evaluates
+      local_seconds += e.seconds;
       e.samples = static_cast<std::size_t>(sums[1]);
       e.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
       e.train_accuracy = sums[1] > 0 ? sums[2] / sums[1] : 0.0;
