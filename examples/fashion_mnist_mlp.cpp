@@ -5,6 +5,7 @@
 //   mpiexec -n 4 ./fashion_mnist_mlp --sync ssp --staleness 2 # stale-synchronous
 //   mpiexec -n 4 ./fashion_mnist_mlp --sync async --optimizer adam
 //   mpiexec -n 2 ./fashion_mnist_mlp --backend thrust-omp --threads 2
+//   mpiexec -n 3 ./fashion_mnist_mlp --hidden 4096,4096 --batch 256 --train-samples 4096 --no-evaluation
 //
 // Ranks [0, W) are workers and the last --servers ranks are servers; rank 0 prints progress.
 // Each --sync and --optimizer choice selects a composition compiled into this program.
@@ -18,14 +19,35 @@
 
 namespace fashion_mnist {
 
+// Keeps the first `count` samples of `set`: short runs of the compute-heavy networks (the scaling
+// study) train on a prefix instead of the whole set.
+void keep_first(hpcps::data::Dataset& set, std::size_t count) {
+  set.count = count;
+  set.images.resize(count * set.features);
+  set.labels.resize(count);
+}
+
 int run(const Config& cfg) {
   const auto world = hpcps::comm::Communicator::world();
-  const auto data = hpcps::data::load_fashion_mnist(cfg.data);
+  auto data = hpcps::data::load_fashion_mnist(cfg.data);
+  const int workers = std::max(world.size() - cfg.servers, 1);
+  if (cfg.train_samples > 0) {
+    // Every rank checks the same numbers, so every rank fails the same way.
+    if (cfg.train_samples > data.train.count) {
+      throw hpcps::Error(fmt::format("--train-samples {}: the training set in {} has only {} samples", cfg.train_samples,
+                                     cfg.data, data.train.count));
+    }
+    if (cfg.train_samples < static_cast<std::size_t>(workers)) {
+      throw hpcps::Error(fmt::format("--train-samples {}: fewer samples than the {} workers (each needs at least one)",
+                                     cfg.train_samples, workers));
+    }
+    keep_first(data.train, cfg.train_samples);
+  }
   std::vector<std::size_t> sizes{data.train.features};
   sizes.insert(sizes.end(), cfg.hidden.begin(), cfg.hidden.end());
   sizes.push_back(data.train.classes);
   const Network network(sizes);
-  const Problem p{world, cfg, data, network, std::max(world.size() - cfg.servers, 1)};
+  const Problem p{world, cfg, data, network, workers};
   if (cfg.backend == "cuda") {
 #if defined(HPCPS_EXAMPLE_CUDA)
     return run_cuda(p);
@@ -79,6 +101,10 @@ int main(int argc, char** argv) {
   app.add_option("--evaluations-per-epoch", cfg.evaluations_per_epoch,
                  "Test-set evaluations on rank 0 per epoch (time-to-accuracy curves in the report)")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--train-samples", cfg.train_samples, "Train on the first N training samples only (0: all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-evaluation", cfg.evaluate,
+               "Skip the test-set evaluations (benchmarks: they are not training time, but rank 0 spends them)");
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));

@@ -33,6 +33,8 @@ struct Config {
   std::uint64_t seed = 1;
   std::string report;
   std::size_t evaluations_per_epoch = 1;
+  bool evaluate = true;           // test-set evaluation on rank 0 (excluded from the training time)
+  std::size_t train_samples = 0;  // train on the first N samples only; 0: all
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
 };
@@ -81,6 +83,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   train_options.batch = cfg.batch;
   train_options.seed = cfg.seed;
   train_options.evaluations_per_epoch = cfg.evaluations_per_epoch;
+  train_options.evaluate = cfg.evaluate;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
       if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
@@ -94,9 +97,10 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   });
 
   if (root) {
-    fmt::print("final test accuracy {:.4f}, {:.0f} samples/s, {:.2f} s training, {:.2f} s wall; "
+    fmt::print("final test accuracy {}, {:.0f} samples/s, {:.2f} s training, {:.2f} s wall; "
                "server: {} updates, {:.2f} s waiting, {:.2f} s updating, largest staleness {}\n",
-               report.test_accuracy, report.samples_per_second, report.train_seconds, report.wall_seconds,
+               cfg.evaluate ? fmt::format("{:.4f}", report.test_accuracy) : std::string("not evaluated"),
+               report.samples_per_second, report.train_seconds, report.wall_seconds,
                report.server_updates, report.server_wait, report.server_update, report.server_max_staleness);
     if (!cfg.report.empty()) {
       hpcps::metrics::JsonWriter json;
@@ -104,6 +108,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
       json.key("config").begin_object();
       json.field("program", "fashion_mnist_mlp").field("network", p.network.describe());
       json.field("parameters", p.network.parameter_count()).field("data", cfg.data).field("epochs", cfg.epochs);
+      json.field("train_samples", p.data.train.count).field("evaluate", cfg.evaluate);
       json.field("batch", cfg.batch).field("sync", cfg.sync).field("staleness", cfg.sync == "ssp" ? cfg.staleness : 0);
       json.field("optimizer", cfg.optimizer).field("lr", *cfg.lr).field("schedule", cfg.schedule);
       json.field("momentum", cfg.momentum).field("weight_decay", cfg.weight_decay);
