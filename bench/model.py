@@ -1,0 +1,621 @@
+#!/usr/bin/python3
+"""Analytic model of one synchronous clock of the hpcps parameter server, against ring allreduce.
+
+Inputs are measured, not assumed: bench/machine_rates (MPI ping-pong latency alpha and bandwidth
+beta, hpcps's GEMM at the network's shapes, STREAM-style memory bandwidth) writes
+bench/results/machine_rates.json. From it the model predicts, for W workers, S servers, global
+batch B and P parameters, the seconds of one clock:
+
+    T = T_compute + T_push + T_server + T_pull
+
+- T_compute: the measured gradient of the worker's batch (its GEMM FLOPs / measured GEMM rate, plus
+  the measured element-wise remainder), interpolated in the batch size;
+- T_push, T_pull: messages of t(m) = alpha + m / beta (or the measured ping-pong curve), one per
+  worker and server; a rank's link carries its messages one after the other (a server receives W
+  pushes, a worker sends S), and on a shared-memory node the copies of all messages also share the
+  cores;
+- T_server: the bytes the server's kernels touch (W - 1 accumulations, one update that reads and
+  writes the parameters and the optimizer state) / measured memory bandwidth of those kernels.
+
+On this machine ranks beyond the core count share cores: every phase is slowed by
+max(1, ranks / cores), since waiting ranks poll and stay runnable (--oversubscription all, the
+default), or only the compute is (ranks), or each phase by the ranks busy in it (busy); the
+validation prints all of them.
+
+It then (1) validates the model against the measured scaling study (bench/scaling_study.py ->
+bench/results/scaling.json), printing predicted against measured seconds per clock and flagging errors
+above 20%, and (2) extrapolates to W = 8 .. 1024 workers, one rank per node, for the parameter server
+with S = 1, W/8, W/4 and W servers and the colocated layout against ring allreduce, under this
+machine's measured alpha/beta and under an assumed cluster network (--cluster-alpha,
+--cluster-gbits), with the work and depth of the aggregation (flat, sharded, tree, ring).
+
+    mpiexec -n 2 build/bench/machine_rates --out bench/results/machine_rates.json
+    bench/model.py                      # reads bench/results/{machine_rates,scaling}.json
+    bench/model.py --scaling /tmp/fake_scaling.json --out /tmp/model.json   # smoke
+
+Writes JSON (--out), bench/results/model_validation.png and model_extrapolation.png (matplotlib).
+See docs/model.md.
+"""
+import argparse
+import bisect
+import json
+import math
+import os
+import statistics
+import sys
+
+INPUT = 784
+CLASSES = 10
+FLOAT = 4  # bytes
+# Arrays the server's kernels stream, per element (ps/server.hpp, optim/): an accumulation
+# sum += slice reads two and writes one; the update reads params, mean gradient and its state and
+# writes params and state.
+UPDATE_ARRAYS = {"sgd": 3, "momentum": 5, "nesterov": 5, "adam": 7}
+UPDATE_KERNEL = {"sgd": "triad", "momentum": "momentum_sgd", "nesterov": "momentum_sgd", "adam": "momentum_sgd"}
+THRESHOLD = 0.20
+
+
+def layer_sizes(hidden):
+    if isinstance(hidden, str):
+        hidden = [int(x) for x in hidden.replace("-", ",").split(",") if x]
+    return [INPUT] + list(hidden) + [CLASSES]
+
+
+def parameter_count(sizes):
+    return sum(sizes[l] * sizes[l + 1] + sizes[l + 1] for l in range(len(sizes) - 1))
+
+
+def gemm_flops(sizes, batch):
+    """FLOPs of nn::Mlp::gradient's GEMMs: forward X W^T and backward dW = D^T A per layer, dX = D W
+    for every layer but the first."""
+    per_sample = sum(2 * sizes[l] * sizes[l + 1] * (2 if l == 0 else 3) for l in range(len(sizes) - 1))
+    return per_sample * batch
+
+
+def interpolate(xs, ys, x, log=False):
+    """Piecewise-linear interpolation (in log-log when `log`), clamped to the end values."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x) - 1
+    if log:
+        t = (math.log(x) - math.log(xs[i])) / (math.log(xs[i + 1]) - math.log(xs[i]))
+        return math.exp(math.log(ys[i]) + t * (math.log(ys[i + 1]) - math.log(ys[i])))
+    t = (x - xs[i]) / (xs[i + 1] - xs[i])
+    return ys[i] + t * (ys[i + 1] - ys[i])
+
+
+class Rates:
+    """The measured rates of machine_rates.json, as functions of message size, batch and array size."""
+
+    def __init__(self, data):
+        self.data = data
+        self.cores = data.get("hardware_threads") or 2
+        pp = sorted(data["pingpong"], key=lambda r: r["bytes"])
+        self.pp_bytes = [r["bytes"] for r in pp]
+        self.pp_seconds = [r["seconds_one_way"]["median"] for r in pp]
+        fit = data["fit"]
+        self.alpha = fit["alpha_seconds"]
+        self.beta = fit.get("beta_bytes_per_second") or 0.0
+        if not self.beta > 0:
+            self.beta = self.pp_bytes[-1] / self.pp_seconds[-1]
+        self.bidirectional = data.get("bidirectional", [])
+        self.compute = {}
+        for net in data.get("compute", []):
+            for r in net["results"]:
+                self.compute.setdefault((tuple(net["layers"]), r["threads"]), []).append(r)
+        for rows in self.compute.values():
+            rows.sort(key=lambda r: r["batch"])
+        self.memory = {}
+        for m in data.get("memory", []):
+            self.memory.setdefault(m["threads"], []).append(m)
+        for rows in self.memory.values():
+            rows.sort(key=lambda r: r["elements"])
+
+    def message_fit(self, nbytes):
+        return self.alpha + nbytes / self.beta
+
+    def message_table(self, nbytes):
+        """The measured one-way ping-pong time, interpolated in log-log between the measured sizes;
+        beyond the largest, its time plus the rest at the fitted beta."""
+        if nbytes >= self.pp_bytes[-1]:
+            return self.pp_seconds[-1] + (nbytes - self.pp_bytes[-1]) / self.beta
+        return interpolate(self.pp_bytes, self.pp_seconds, max(nbytes, self.pp_bytes[0]), log=True)
+
+    def gradient_seconds(self, sizes, batch, threads=1):
+        """(seconds, detail) of one worker's gradient of `batch` samples. Between measured batches the
+        GEMM and element-wise times are interpolated linearly; outside, the nearest measured batch's
+        GEMM rate and per-sample element-wise time are used (optimistic below the smallest batch,
+        where the real rate falls)."""
+        flops = gemm_flops(sizes, batch)
+        key = (tuple(sizes), threads)
+        if key not in self.compute:
+            same_net = [k for k in self.compute if k[0] == tuple(sizes)]
+            if same_net:
+                key = min(same_net, key=lambda k: abs(k[1] - threads))
+            else:
+                key = None
+        if key is None:
+            # A network machine_rates did not measure: the GEMM rate of the measured network and
+            # batch closest in FLOPs per step, no element-wise term.
+            rows = [r for v in self.compute.values() for r in v]
+            if not rows:
+                raise SystemExit("machine_rates.json has no compute measurements")
+            r = min(rows, key=lambda r: abs(math.log(r["gemm_flops"] / flops)))
+            rate = r["gemm_flops"] / r["gemm_seconds"]["median"]
+            return flops / rate, {"gemm_seconds": flops / rate, "elementwise_seconds": 0.0,
+                                  "gemm_gflops": rate / 1e9, "source": "other network's GEMM rate"}
+        rows = self.compute[key]
+        bs = [r["batch"] for r in rows]
+        gemm = [r["gemm_seconds"]["median"] for r in rows]
+        # GEMMs + element-wise = the measured whole gradient (the element-wise part is its excess over
+        # the GEMMs timed alone, which noise can make slightly negative: kept so the sum stays exact).
+        elem = [r["gradient_seconds"]["median"] - r["gemm_seconds"]["median"] for r in rows]
+        if batch < bs[0] or batch > bs[-1]:
+            edge = 0 if batch < bs[0] else -1
+            g = gemm[edge] * flops / rows[edge]["gemm_flops"]
+            e = elem[edge] * batch / bs[edge]
+            source = f"rate at batch {bs[edge]}"
+        else:
+            g = interpolate(bs, gemm, batch)
+            e = interpolate(bs, elem, batch)
+            source = "measured" if batch in bs else "interpolated"
+        return g + e, {"gemm_seconds": g, "elementwise_seconds": e, "gemm_gflops": flops / g / 1e9,
+                       "threads": key[1], "source": source}
+
+    def kernel_seconds(self, kernel, elements, arrays, threads=1):
+        """Seconds of a streaming kernel over `elements` floats per array: its traffic over the
+        bandwidth measured for that kernel, interpolated (log-log) in the array size, so a shard
+        that fits in cache runs at the cache-resident rate."""
+        if elements <= 0:
+            return 0.0
+        rows = self.memory.get(threads) or self.memory.get(1) or next(iter(self.memory.values()))
+        xs = [r["elements"] for r in rows]
+        ys = [r[kernel]["gbytes_per_second_median"] * 1e9 for r in rows]
+        bw = interpolate(xs, ys, elements, log=True)
+        return arrays * elements * FLOAT / bw
+
+    def bandwidth(self, kernel):
+        rows = self.memory.get(1) or next(iter(self.memory.values()))
+        return rows[-1][kernel]["gbytes_per_second_median"] * 1e9
+
+
+class Network:
+    """How messages cost: t(m) and whether ranks share cores (a single node) or each has its own."""
+
+    def __init__(self, name, message, cores=None):
+        self.name, self.message, self.cores = name, message, cores
+
+    def phase(self, link_messages, total_messages, m, extra_per_link=0.0):
+        """A communication phase: the busiest link carries `link_messages` one after the other; on a
+        node with `cores` cores every message's copy also needs a core, so the phase takes at least
+        total_messages x t(m) / cores."""
+        t = self.message(m)
+        busiest = link_messages * t + extra_per_link
+        if self.cores is None:
+            return busiest
+        return max(busiest, (total_messages * t + extra_per_link) / self.cores)
+
+
+def share(busy, cores):
+    return 1.0 if cores is None else max(1.0, busy / cores)
+
+
+def server_seconds(rates, shard, workers, optimizer):
+    """One server clock over a shard of `shard` floats: W - 1 accumulations (the first slice is used
+    in place when it is alone, and the first two are added in one pass), then the update."""
+    accumulate = max(0, workers - 1) * rates.kernel_seconds("add", shard, 3)
+    update = rates.kernel_seconds(UPDATE_KERNEL[optimizer], shard, UPDATE_ARRAYS[optimizer])
+    return accumulate + update
+
+
+def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1, oversubscription="busy",
+             pipelined=False):
+    """Seconds of one synchronous clock. servers = 0: the colocated layout (every rank a worker and the
+    server of P/W). `compute` is one worker's gradient time on a core of its own."""
+    cores = net.cores
+    colocated = servers == 0
+    shards = workers if colocated else servers
+    shard = params / shards
+    m = FLOAT * (shard + 1)  # the push carries the sample count in front of the slice
+    ranks = workers if colocated else workers + servers
+    # Oversubscription (more ranks than cores): "busy" slows a phase by the ranks that work in it;
+    # "ranks" slows the compute by all ranks, since the waiting ones poll and stay runnable; "all"
+    # slows every phase by all ranks (the same reason, for every phase).
+    busy_compute = ranks * threads if (oversubscription != "busy" or colocated) else workers * threads
+    t_compute = compute * share(busy_compute, cores)
+    everyone = share(ranks, cores) if oversubscription == "all" else 1.0
+    if colocated:
+        # W - 1 messages out and in on every rank, plus the slice to itself (a local copy).
+        self_copy = rates.kernel_seconds("copy", shard, 2)
+        t_push = net.phase(workers - 1, workers * (workers - 1), m, self_copy)
+        t_server = server_seconds(rates, shard, workers, optimizer) * share(workers, cores)
+    else:
+        # A server receives W pushes one after the other; a worker sends S.
+        t_push = net.phase(max(workers, servers), workers * servers, m) * everyone
+        t_server = server_seconds(rates, shard, workers, optimizer) * max(share(servers, cores), everyone)
+    t_pull = t_push
+    if pipelined:
+        # Push, update and pull of successive chunks overlap (BytePS-style partitions): the slowest
+        # stage sets the time. A bound hpcps does not reach: it pushes, updates, then pulls.
+        total = t_compute + max(t_push, t_server, t_pull)
+    else:
+        total = t_compute + t_push + t_server + t_pull
+    return {"compute": t_compute, "push": t_push, "server": t_server, "pull": t_pull, "total": total}
+
+
+def ring_allreduce_clock(rates, net, params, workers, compute, optimizer):
+    """Ring allreduce of P floats on n ranks, one per node: 2(n - 1) steps of P/n floats each
+    (reduce-scatter, then all-gather), every link carrying 2(n-1)/n of the model; (n - 1) additions
+    of P/n per rank; then every rank applies the update to the whole model (replicated)."""
+    n = workers
+    chunk = params / n
+    t_comm = 2 * (n - 1) * net.message(FLOAT * chunk) if n > 1 else 0.0
+    t_reduce = (n - 1) * rates.kernel_seconds("add", chunk, 3)
+    t_update = rates.kernel_seconds(UPDATE_KERNEL[optimizer], params, UPDATE_ARRAYS[optimizer])
+    return {"compute": compute, "communicate": t_comm, "reduce": t_reduce, "update": t_update,
+            "total": compute + t_comm + t_reduce + t_update}
+
+
+def work_depth(rates, net, params, workers, servers_list):
+    """Work (additions) and depth (sequential additions per element) of summing W gradients of P
+    floats, and what it costs in time (memory-bound additions at the measured 'add' bandwidth)."""
+    w = workers
+    log_w = math.ceil(math.log2(w)) if w > 1 else 0
+    add = lambda elements: rates.kernel_seconds("add", elements, 3)
+    out = {
+        "flat": {"work": (w - 1) * params, "depth": w - 1,
+                 "seconds": (w - 1) * add(params),
+                 "note": "one server sums W slices of P in rank order (hpcps, S = 1)"},
+        "flat_tree_order": {"work": (w - 1) * params, "depth": log_w,
+                            "seconds": (w - 1) * add(params),
+                            "note": "one server, pairwise order: depth log2 W, same work and time on one core"},
+        "sharded": {},
+        "tree": {"work": (w - 1) * params, "depth": log_w,
+                 "seconds": log_w * (net.message(FLOAT * params) + add(params)),
+                 "note": "binary reduction tree over the workers: log2 W levels, each a message of P and an add"},
+        "ring_reduce_scatter": {"work": (w - 1) * params, "depth": w - 1,
+                                "seconds": (w - 1) * (net.message(FLOAT * params / w) + add(params / w)),
+                                "note": "each rank adds (W-1) chunks of P/W, W-1 steps"},
+    }
+    for s in servers_list:
+        out["sharded"][str(s)] = {"work": (w - 1) * params, "work_per_server": (w - 1) * params / s,
+                                  "depth": w - 1, "seconds": (w - 1) * add(params / s)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation against the scaling study
+
+
+def validate(rates, records, optimizer, cores, variants):
+    rows = []
+    for rec in records:
+        sizes = layer_sizes(rec["hidden"]) if "hidden" in rec else layer_sizes(rec["model"].split("-")[1:-1])
+        params = parameter_count(sizes)
+        w, s = rec["workers"], rec["servers"]
+        b = rec.get("worker_batch") or math.ceil(rec["global_batch"] / w)
+        threads = rec.get("threads", 1)
+        compute, detail = rates.gradient_seconds(sizes, b, threads)
+        measured = rec["seconds_per_clock"]["median"] if isinstance(rec["seconds_per_clock"], dict) \
+            else rec["seconds_per_clock"]
+        row = {"model": rec.get("model", "-".join(map(str, sizes))), "scaling": rec.get("scaling"),
+               "layout": rec.get("layout", "colocated" if s == 0 else "dedicated"), "workers": w, "servers": s,
+               "ranks": rec.get("ranks", w + s), "worker_batch": b, "parameters": params,
+               "oversubscribed": rec.get("ranks", w + s) > cores, "measured": measured,
+               "measured_range": [rec["seconds_per_clock"].get("min"), rec["seconds_per_clock"].get("max")]
+               if isinstance(rec["seconds_per_clock"], dict) else None,
+               "measured_breakdown": rec.get("breakdown_per_clock"), "compute_detail": detail, "variants": {}}
+        for name, (comm, over) in variants.items():
+            message = rates.message_table if comm == "table" else rates.message_fit
+            net = Network("this machine", message, cores)
+            p = ps_clock(rates, net, params, w, s, compute, optimizer, threads, over)
+            row["variants"][name] = {"predicted": p["total"], "parts": p,
+                                     "relative_error": (p["total"] - measured) / measured}
+        rows.append(row)
+    return rows
+
+
+def print_validation(rows, primary):
+    print(f"\nValidation ({primary}): seconds per clock, predicted vs measured (median); * = error above 20%")
+    header = (f"{'model':>16} {'scaling':>7} {'layout':>9} {'W':>3} {'S':>2} {'b':>4}  {'measured ms':>11} "
+              f"{'predicted':>9} {'error':>7}   {'pred comp/push/srv/pull ms':>28}  {'meas comp/comm/wait/srv ms':>28}")
+    print(header)
+    for r in rows:
+        v = r["variants"][primary]
+        p = v["parts"]
+        mb = r["measured_breakdown"] or {}
+        flag = "*" if abs(v["relative_error"]) > THRESHOLD else " "
+        pred_parts = "/".join(f"{p[k] * 1e3:.2f}" for k in ("compute", "push", "server", "pull"))
+        meas_parts = "/".join(f"{mb[k] * 1e3:.2f}" if mb.get(k) is not None else "-"
+                              for k in ("compute", "communicate", "wait", "server_update"))
+        print(f"{r['model']:>16} {str(r['scaling']):>7} {r['layout']:>9} {r['workers']:>3} {r['servers']:>2} "
+              f"{r['worker_batch']:>4}  {r['measured'] * 1e3:>11.3f} {v['predicted'] * 1e3:>9.3f} "
+              f"{v['relative_error'] * 100:>6.1f}%{flag}  {pred_parts:>28}  {meas_parts:>28}")
+
+
+def summarize_variants(rows, variants):
+    out = {}
+    for name in variants:
+        errors = [abs(r["variants"][name]["relative_error"]) for r in rows]
+        if not errors:
+            continue
+        out[name] = {"rows": len(errors), "within_20_percent": sum(e <= THRESHOLD for e in errors),
+                     "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Extrapolation
+
+
+def server_counts(w):
+    counts = {"PS S=1": 1, "PS S=W/8": max(1, w // 8), "PS S=W/4": max(1, w // 4), "PS S=W": w}
+    return counts
+
+
+def extrapolate(rates, scenarios, models, workers_list, optimizer):
+    out = []
+    for scenario in scenarios:
+        for model in models:
+            sizes = model["sizes"]
+            params = parameter_count(sizes)
+            b = model["worker_batch"]
+            compute, detail = rates.gradient_seconds(sizes, b, 1)
+            net = scenario["network"]
+            series = {}
+            for w in workers_list:
+                entries = {}
+                for label, s in server_counts(w).items():
+                    entries[label] = ps_clock(rates, net, params, w, s, compute, optimizer)
+                    entries[label]["servers"] = s
+                entries["PS S=W pipelined (bound)"] = ps_clock(rates, net, params, w, w, compute, optimizer,
+                                                               pipelined=True)
+                entries["PS S=W pipelined (bound)"]["servers"] = w
+                entries["PS colocated"] = ps_clock(rates, net, params, w, 0, compute, optimizer)
+                entries["PS colocated"]["servers"] = 0
+                entries["ring allreduce"] = ring_allreduce_clock(rates, net, params, w, compute, optimizer)
+                for label, e in entries.items():
+                    e["samples_per_second"] = w * b / e["total"]
+                    e["scaled_speedup"] = w * compute / e["total"]  # against one worker that only computes
+                    e["efficiency"] = compute / e["total"]
+                    series.setdefault(label, []).append(dict(e, workers=w))
+            wd = {str(w): work_depth(rates, net, params, w, sorted(set(server_counts(w).values())))
+                  for w in workers_list}
+            bytes_per_link = {str(w): {"ring_allreduce_each_direction": 2 * (w - 1) / w * FLOAT * params,
+                                       "ps_worker_each_direction": FLOAT * params,
+                                       "ps_server_in_S1": w * FLOAT * params,
+                                       "ps_colocated_each_direction": 2 * (w - 1) / w * FLOAT * params}
+                              for w in workers_list}
+            out.append({"scenario": scenario["name"], "assumption": scenario["assumption"],
+                        "alpha_seconds": scenario["alpha"], "beta_bytes_per_second": scenario["beta"],
+                        "model": "-".join(map(str, sizes)), "parameters": params, "worker_batch": b,
+                        "compute_seconds": compute, "compute_detail": detail, "series": series,
+                        "work_depth": wd, "bytes_per_link": bytes_per_link})
+    return out
+
+
+def print_extrapolation(ext, workers_list):
+    for e in ext:
+        print(f"\nExtrapolation, {e['scenario']} (alpha {e['alpha_seconds'] * 1e6:.2f} us, beta "
+              f"{e['beta_bytes_per_second'] / 1e9:.2f} GB/s), {e['model']} (P = {e['parameters']:,}), "
+              f"weak scaling b = {e['worker_batch']}/worker, compute {e['compute_seconds'] * 1e3:.2f} ms: "
+              f"ms per clock")
+        labels = list(e["series"])
+        print(f"{'W':>5} " + " ".join(f"{l:>14}" for l in labels))
+        for i, w in enumerate(workers_list):
+            print(f"{w:>5} " + " ".join(f"{e['series'][l][i]['total'] * 1e3:>14.3f}" for l in labels))
+
+
+def print_work_depth(ext, workers_list):
+    e = ext[0]
+    print(f"\nWork / depth of summing W gradients of P = {e['parameters']:,} floats ({e['model']}); "
+          f"work in additions, depth in sequential additions per element")
+    print(f"{'W':>5} {'work (all)':>14} {'flat depth':>10} {'tree depth':>10} {'sharded S=W/8: work/server':>27}")
+    for w in workers_list:
+        wd = e["work_depth"][str(w)]
+        s8 = str(max(1, w // 8))
+        print(f"{w:>5} {wd['flat']['work']:>14.3g} {wd['flat']['depth']:>10} {wd['tree']['depth']:>10} "
+              f"{wd['sharded'][s8]['work_per_server']:>27.3g}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+
+
+def plot_validation(rows, primary, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no validation plot", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    markers = {"dedicated": "o", "colocated": "s"}
+    models = sorted({r["model"] for r in rows})
+    colors = dict(zip(models, ["tab:blue", "tab:orange", "tab:green", "tab:red"]))
+    for r in rows:
+        v = r["variants"][primary]
+        ax.scatter(r["measured"] * 1e3, v["predicted"] * 1e3, marker=markers.get(r["layout"], "x"),
+                   color=colors[r["model"]], edgecolor="k" if r["oversubscribed"] else "none", s=40)
+        ax.annotate(f"{r['workers']}" + (f"+{r['servers']}" if r["servers"] else "c"),
+                    (r["measured"] * 1e3, v["predicted"] * 1e3), fontsize=6, xytext=(3, 3),
+                    textcoords="offset points")
+    values = [r["measured"] * 1e3 for r in rows] + [r["variants"][primary]["predicted"] * 1e3 for r in rows]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="predicted = measured")
+    ax.plot([lo, hi], [lo * 1.2, hi * 1.2], "k:", lw=0.8, label="+-20%")
+    ax.plot([lo, hi], [lo * 0.8, hi * 0.8], "k:", lw=0.8)
+    for model, c in colors.items():
+        ax.scatter([], [], color=c, label=model)
+    for layout, mk in markers.items():
+        ax.scatter([], [], marker=mk, color="gray", label=layout)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured ms per clock (median)")
+    ax.set_ylabel("predicted ms per clock")
+    ax.set_title(f"Model vs scaling study ({primary});\nlabels W+S (c: colocated), black edge: oversubscribed",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def plot_extrapolation(ext, workers_list, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no extrapolation plot", file=sys.stderr)
+        return
+    scenarios = list(dict.fromkeys(e["scenario"] for e in ext))
+    models = list(dict.fromkeys(e["model"] for e in ext))
+    fig, axes = plt.subplots(len(models), len(scenarios), figsize=(6 * len(scenarios), 4.5 * len(models)),
+                             squeeze=False)
+    styles = {"PS S=1": ("tab:red", "-"), "PS S=W/8": ("tab:orange", "-"), "PS S=W/4": ("tab:olive", "-"),
+              "PS S=W": ("tab:green", "-"), "PS S=W pipelined (bound)": ("tab:green", ":"),
+              "PS colocated": ("tab:purple", "--"), "ring allreduce": ("k", "-")}
+    for e in ext:
+        ax = axes[models.index(e["model"])][scenarios.index(e["scenario"])]
+        for label, points in e["series"].items():
+            color, ls = styles.get(label, (None, "-"))
+            ax.plot(workers_list, [p["total"] * 1e3 for p in points], ls, color=color, marker=".", label=label)
+        ax.axhline(e["compute_seconds"] * 1e3, color="gray", lw=0.6, ls="--", label="compute only")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("workers W (one per node), weak scaling")
+        ax.set_ylabel("ms per clock")
+        ax.set_title(f"{e['model']}, b = {e['worker_batch']}/worker\n{e['scenario']}: alpha "
+                     f"{e['alpha_seconds'] * 1e6:.1f} us, beta {e['beta_bytes_per_second'] / 1e9:.1f} GB/s", fontsize=9)
+        ax.grid(True, which="both", lw=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="bench/results/machine_rates.json", help="bench/machine_rates output")
+    p.add_argument("--scaling", default="bench/results/scaling.json", help="bench/scaling_study.py output")
+    p.add_argument("--optimizer", default="momentum", choices=sorted(UPDATE_ARRAYS),
+                   help="server update rule of the runs (fashion_mnist_mlp's default: momentum)")
+    p.add_argument("--cores", type=int, default=0, help="cores of this machine (0: from machine_rates.json)")
+    p.add_argument("--comm", default="table", choices=["table", "fit"],
+                   help="validation: message time from the measured ping-pong curve or from alpha + m/beta")
+    p.add_argument("--oversubscription", default="all", choices=["busy", "ranks", "all"],
+                   help="validation, ranks > cores: slow each phase by its busy ranks / cores (busy), the compute "
+                        "by all ranks / cores (ranks), or every phase by all ranks / cores (all)")
+    p.add_argument("--workers", default="8,16,32,64,128,256,512,1024", help="extrapolated worker counts")
+    p.add_argument("--small-hidden", default="256,128")
+    p.add_argument("--small-worker-batch", type=int, default=64, help="extrapolation: per-worker batch (weak scaling)")
+    p.add_argument("--big-hidden", default="4096,4096")
+    p.add_argument("--big-worker-batch", type=int, default=128)
+    p.add_argument("--cluster-alpha", type=float, default=2e-6, help="assumed cluster latency, seconds")
+    p.add_argument("--cluster-gbits", type=float, default=100.0, help="assumed cluster link, Gbit/s per direction")
+    p.add_argument("--out", default="bench/results/model.json")
+    p.add_argument("--validation-plot", default=None, help="default: model_validation.png next to --out")
+    p.add_argument("--extrapolation-plot", default=None, help="default: model_extrapolation.png next to --out")
+    args = p.parse_args()
+
+    with open(args.rates) as f:
+        rates = Rates(json.load(f))
+    cores = args.cores or rates.cores
+    out_dir = os.path.dirname(args.out) or "."
+    validation_plot = args.validation_plot or os.path.join(out_dir, "model_validation.png")
+    extrapolation_plot = args.extrapolation_plot or os.path.join(out_dir, "model_extrapolation.png")
+
+    print(f"Inputs ({args.rates}): alpha {rates.alpha * 1e6:.2f} us, beta {rates.beta / 1e9:.2f} GB/s (ping-pong fit); "
+          f"memory add {rates.bandwidth('add') / 1e9:.1f} GB/s, triad {rates.bandwidth('triad') / 1e9:.1f} GB/s "
+          f"(largest arrays, 1 thread); {cores} cores")
+    for (layers, threads), rows in sorted(rates.compute.items()):
+        print(f"  {'-'.join(map(str, layers))}, {threads} thread(s): " + ", ".join(
+            f"b={r['batch']}: {r['gemm_gflops_median']:.0f} GFLOP/s, {r['gradient_seconds']['median'] * 1e3:.2f} ms"
+            for r in rows))
+
+    variants = {f"{c}+{o}": (c, o) for c in ("table", "fit") for o in ("all", "ranks", "busy")}
+    primary = f"{args.comm}+{args.oversubscription}"
+    result = {"benchmark": "model", "rates_file": args.rates, "optimizer": args.optimizer, "cores": cores,
+              "inputs": {"alpha_seconds": rates.alpha, "beta_bytes_per_second": rates.beta,
+                         "memory_add_bytes_per_second": rates.bandwidth("add"),
+                         "memory_triad_bytes_per_second": rates.bandwidth("triad")},
+              "equations": {
+                  "clock": "T = T_compute + T_push + T_server + T_pull (synchronous: no overlap)",
+                  "compute": "T_compute = GEMM_FLOPs(b) / GEMM_rate(b) + elementwise(b)",
+                  "oversubscription": "on this machine, each phase x max(1, ranks / cores) (variant 'all'; "
+                                      "'ranks': compute only; 'busy': the ranks working in the phase)",
+                  "message": "t(m) = alpha + m / beta",
+                  "push_dedicated": "T_push = max(link: max(W, S) x t(4P/S), node: W S t(4P/S) / cores); "
+                                    "cores = infinity for one rank per node",
+                  "push_colocated": "T_push = max((W-1) t(4P/W), W (W-1) t(4P/W) / cores) + copy(P/W)",
+                  "server": "T_server = [(W-1) x 12 (P/S) / BW_add + 20 (P/S) / BW_momentum] x max(1, S / cores)",
+                  "pull": "T_pull = T_push",
+                  "ring_allreduce": "T = T_compute + 2(n-1) t(4P/n) + (n-1) 12 (P/n) / BW_add + 20 P / BW_momentum",
+                  "pipelined_bound": "T = T_compute + max(T_push, T_server, T_pull)",
+              },
+              "primary_variant": primary}
+
+    records = None
+    if os.path.exists(args.scaling):
+        with open(args.scaling) as f:
+            scaling = json.load(f)
+        records = scaling["records"] if isinstance(scaling, dict) else scaling
+    else:
+        print(f"\n{args.scaling} not found: no validation (run bench/scaling_study.py first)", file=sys.stderr)
+    if records:
+        rows = validate(rates, records, args.optimizer, cores, variants)
+        print_validation(rows, primary)
+        summary = summarize_variants(rows, variants)
+        print("\nVariants (message time + oversubscription rule): rows within 20%, median and max |error|")
+        for name, s in summary.items():
+            print(f"  {name:>12}{' (primary)' if name == primary else '          '}: {s['within_20_percent']}/{s['rows']}"
+                  f", median {s['median_abs_error'] * 100:.1f}%, max {s['max_abs_error'] * 100:.1f}%")
+        result["scaling_file"] = args.scaling
+        result["validation"] = rows
+        result["validation_summary"] = summary
+        plot_validation(rows, primary, validation_plot)
+        result["validation_plot"] = validation_plot
+
+    workers_list = [int(x) for x in args.workers.split(",")]
+    models = [{"sizes": layer_sizes(args.small_hidden), "worker_batch": args.small_worker_batch},
+              {"sizes": layer_sizes(args.big_hidden), "worker_batch": args.big_worker_batch}]
+    cluster_beta = args.cluster_gbits * 1e9 / 8
+    scenarios = [
+        {"name": "this machine's alpha/beta", "alpha": rates.alpha, "beta": rates.beta,
+         "assumption": "one rank per node, every link with the ping-pong alpha and beta measured between two "
+                       "ranks of this machine (shared memory), full-bisection network, full-duplex links",
+         "network": Network("measured", rates.message_fit)},
+        {"name": f"assumed cluster ({args.cluster_gbits:g} Gb/s)", "alpha": args.cluster_alpha, "beta": cluster_beta,
+         "assumption": f"ASSUMED, not measured: alpha {args.cluster_alpha * 1e6:g} us, {args.cluster_gbits:g} Gbit/s "
+                       "per direction per node, full-bisection network, one rank per node; compute and memory "
+                       "rates of this machine's core",
+         "network": Network("cluster", lambda m: args.cluster_alpha + m / cluster_beta)},
+    ]
+    ext = extrapolate(rates, scenarios, models, workers_list, args.optimizer)
+    print_extrapolation(ext, workers_list)
+    print_work_depth(ext, workers_list)
+    result["extrapolation"] = ext
+    result["work_depth_formulas"] = {
+        "flat": "one server: work (W-1) P additions, depth W-1 (rank order; log2 W in a pairwise order), "
+                "time (W-1) 12P / BW_add",
+        "sharded": "S servers: work (W-1) P in all, (W-1) P/S per server, depth W-1, time (W-1) 12 (P/S) / BW_add",
+        "tree": "binary tree over workers: work (W-1) P, depth ceil(log2 W) levels, time log2 W (t(4P) + 12P / BW_add)",
+        "ring_reduce_scatter": "work (W-1) P, (W-1) P/W per rank, depth W-1 steps",
+    }
+    plot_extrapolation(ext, workers_list, extrapolation_plot)
+    result["extrapolation_plot"] = extrapolation_plot
+
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\nwrote {args.out}, {extrapolation_plot}" + (f", {validation_plot}" if records else ""))
+
+
+if __name__ == "__main__":
+    main()
