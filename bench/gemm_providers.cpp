@@ -1,8 +1,12 @@
-// Which GEMM library should the CPU backend use? Measures, side by side in one run, Eigen and
-// OpenBLAS (CBLAS) on the GEMMs of one training step of an MLP, and the whole gradient
-// computation through each backend. Median and spread of repeated runs; JSON on stdout.
+// Which GEMM library should the CPU backend use, and how fast can a training step possibly be?
+// Measures, side by side in one run, Eigen and OpenBLAS (CBLAS) on the GEMMs of one training step
+// of an MLP (each GEMM alone, with the transposes and leading dimensions Mlp::gradient passes, and
+// all of them back to back), and the whole gradient computation through each backend. The back to
+// back rate is the GEMM-bound ceiling bench/peers/compare_pytorch.py divides training by.
+// Median and spread of repeated runs; JSON on stdout, a table on stderr.
 //
 //   gemm_providers [--hidden 256,128] [--batches 64,128] [--threads 1,2] [--repeats 7]
+//                  [--providers eigen,openblas]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,8 +24,33 @@
 
 namespace {
 
+using hpcps::backend::Transpose;
 using hpcps_bench::parse_list;
 using hpcps_bench::time_per_call;
+
+// One GEMM of the step: C(m x n) = op(A) op(B), row-major, as Mlp::gradient calls it.
+struct StepGemm {
+  std::string name;
+  Transpose ta, tb;
+  std::size_t m, n, k;
+  std::size_t lda() const { return ta == Transpose::no ? k : m; }
+  std::size_t ldb() const { return tb == Transpose::no ? n : k; }
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+};
+
+// Forward Y = X W^T per layer; backward dW = D^T X per layer and dX = D W for all but the first
+// (nothing consumes the input's gradient).
+std::vector<StepGemm> step_gemms(const std::vector<std::size_t>& sizes, std::size_t batch) {
+  std::vector<StepGemm> out;
+  for (std::size_t l = 0; l + 1 < sizes.size(); ++l) {
+    out.push_back({fmt::format("forward L{}", l), Transpose::no, Transpose::yes, batch, sizes[l + 1], sizes[l]});
+  }
+  for (std::size_t l = sizes.size() - 1; l-- > 0;) {
+    out.push_back({fmt::format("weight grad L{}", l), Transpose::yes, Transpose::no, sizes[l + 1], sizes[l], batch});
+    if (l > 0) out.push_back({fmt::format("input grad L{}", l), Transpose::no, Transpose::no, batch, sizes[l], sizes[l + 1]});
+  }
+  return out;
+}
 
 template <class Backend>
 void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& sizes, std::size_t batch, int threads,
@@ -36,57 +65,86 @@ void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& s
   for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, sizes.back()));
   auto ws = net.make_workspace(backend, batch);
 
-  // The step's GEMMs alone: forward X W^T per layer, backward dW = D^T A and dA = D W.
-  double gemm_flops = 0.0;
-  for (std::size_t l = 0; l + 1 < sizes.size(); ++l) gemm_flops += 2.0 * batch * sizes[l] * sizes[l + 1] * (l == 0 ? 2 : 3);
-  std::vector<float> a(batch * 4096), d(batch * 4096), c(4096 * 4096);
-  const auto gemms = time_per_call(
-      [&] {
-        for (std::size_t l = 0; l + 1 < sizes.size(); ++l) {
-          const std::size_t in = sizes[l], out = sizes[l + 1];
-          const float* w = params.data();
-          backend.gemm(hpcps::backend::Transpose::no, hpcps::backend::Transpose::yes, batch, out, in, 1.0f, a.data(), in,
-                       w, in, 0.0f, d.data(), out);
-          backend.gemm(hpcps::backend::Transpose::yes, hpcps::backend::Transpose::no, out, in, batch, 1.0f, d.data(), out,
-                       a.data(), in, 0.0f, c.data(), in);
-          if (l > 0) {
-            backend.gemm(hpcps::backend::Transpose::no, hpcps::backend::Transpose::no, batch, in, out, 1.0f, d.data(),
-                         out, w, in, 0.0f, a.data(), in);
-          }
-        }
-      },
-      repeats);
+  // Operands big enough for every GEMM of the step, filled with small numbers (no denormals).
+  const std::vector<StepGemm> gemms = step_gemms(sizes, batch);
+  std::size_t largest = 0;
+  for (const StepGemm& g : gemms) largest = std::max({largest, g.m * g.k, g.k * g.n, g.m * g.n});
+  std::vector<float> a(largest, 0.01f), b(largest, 0.02f), c(largest);
+  auto run = [&](const StepGemm& g) {
+    backend.gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), g.lda(), b.data(), g.ldb(), 0.0f, c.data(), g.n);
+  };
+  double step_flops = 0.0;
+  for (const StepGemm& g : gemms) step_flops += g.flops();
+  const auto all = time_per_call([&] { for (const StepGemm& g : gemms) run(g); }, repeats);
   const auto step = time_per_call(
       [&] { net.gradient(backend, ws, params.data(), x.data(), y.data(), batch, grad.data()); }, repeats);
 
   json.begin_object();
   json.field("provider", Backend::name).field("batch", batch).field("threads", threads);
-  json.field("gemm_flops_per_step", gemm_flops);
-  json.field("gemm_seconds_median", gemms.median).field("gemm_seconds_min", gemms.low).field("gemm_seconds_max", gemms.high);
-  json.field("gemm_gflops_median", gemm_flops / gemms.median / 1e9);
+  json.field("gemm_flops_per_step", step_flops);
+  json.field("gemm_seconds_median", all.median).field("gemm_seconds_min", all.low).field("gemm_seconds_max", all.high);
+  json.field("gemm_gflops_median", step_flops / all.median / 1e9);
   json.field("gradient_seconds_median", step.median).field("gradient_seconds_min", step.low)
       .field("gradient_seconds_max", step.high);
   json.field("gradient_samples_per_second_median", static_cast<double>(batch) / step.median);
+  json.key("gemms").begin_array();
+  std::fprintf(stderr, "%-9s batch %4zu threads %d: step's GEMMs %.1f GFLOP/s (%.0f us), gradient %.0f samples/s (%.0f us)\n",
+               Backend::name, batch, threads, step_flops / all.median / 1e9, all.median * 1e6,
+               static_cast<double>(batch) / step.median, step.median * 1e6);
+  for (const StepGemm& g : gemms) {
+    const auto t = time_per_call([&] { run(g); }, repeats);
+    json.begin_object();
+    json.field("name", g.name).field("transpose_a", g.ta == Transpose::yes).field("transpose_b", g.tb == Transpose::yes);
+    json.field("m", g.m).field("n", g.n).field("k", g.k);
+    json.field("seconds_median", t.median).field("seconds_min", t.low).field("seconds_max", t.high);
+    json.field("gflops_median", g.flops() / t.median / 1e9);
+    json.end_object();
+    std::fprintf(stderr, "    %-14s %c%c m %5zu n %5zu k %5zu: %8.1f us %6.1f GFLOP/s\n", g.name.c_str(),
+                 g.ta == Transpose::yes ? 'T' : 'N', g.tb == Transpose::yes ? 'T' : 'N', g.m, g.n, g.k, t.median * 1e6,
+                 g.flops() / t.median / 1e9);
+  }
+  json.end_array();
   json.end_object();
-  std::fprintf(stderr, "%-9s batch %4zu threads %d: GEMMs %.1f GFLOP/s, gradient %.0f samples/s\n", Backend::name, batch,
-               threads, gemm_flops / gemms.median / 1e9, static_cast<double>(batch) / step.median);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::size_t> hidden{256, 128}, batches{64, 128}, threads{1, 2};
+  std::vector<std::string> providers{"eigen", "openblas"};
   int repeats = 7;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (flag == "--hidden") hidden = parse_list(argv[i + 1]);
     else if (flag == "--batches") batches = parse_list(argv[i + 1]);
     else if (flag == "--threads") threads = parse_list(argv[i + 1]);
     else if (flag == "--repeats") repeats = std::atoi(argv[i + 1]);
-    else {
+    else if (flag == "--providers") {
+      providers.clear();
+      const std::string list = argv[i + 1];
+      for (std::size_t start = 0; start <= list.size();) {
+        const std::size_t end = std::min(list.find(',', start), list.size());
+        providers.push_back(list.substr(start, end - start));
+        start = end + 1;
+      }
+    } else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
     }
+  }
+  for (const std::string& p : providers) {
+    if (p != "eigen" && p != "openblas") {
+      std::fprintf(stderr, "unknown provider '%s' (eigen, openblas)\n", p.c_str());
+      return 2;
+    }
+  }
+  if (repeats < 1) {
+    std::fprintf(stderr, "--repeats must be >= 1\n");
+    return 2;
   }
   std::vector<std::size_t> sizes{784};
   sizes.insert(sizes.end(), hidden.begin(), hidden.end());
@@ -102,8 +160,10 @@ int main(int argc, char** argv) {
   json.key("results").begin_array();
   for (std::size_t t : threads) {
     for (std::size_t b : batches) {
-      measure<hpcps::backend::CpuEigen>(json, sizes, b, static_cast<int>(t), repeats);
-      measure<hpcps::backend::Cpu>(json, sizes, b, static_cast<int>(t), repeats);
+      for (const std::string& p : providers) {
+        if (p == "eigen") measure<hpcps::backend::CpuEigen>(json, sizes, b, static_cast<int>(t), repeats);
+        else measure<hpcps::backend::Cpu>(json, sizes, b, static_cast<int>(t), repeats);
+      }
     }
   }
   json.end_array();
