@@ -210,8 +210,11 @@ def server_seconds(rates, shard, workers, optimizer):
     return accumulate + update
 
 
+PIECE_FLOATS = 1 << 20  # ps::Layout::default_piece_floats: a shard travels as messages of at most 4 MiB
+
+
 def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1, oversubscription="busy",
-             pipelined=False):
+             pipelined=False, piece_floats=PIECE_FLOATS):
     """Seconds of one synchronous clock. servers = 0: the colocated layout (every rank a worker and the
     server of P/W). `compute` is one worker's gradient time on a core of its own."""
     cores = net.cores
@@ -236,12 +239,18 @@ def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1
         t_push = net.phase(max(workers, servers), workers * servers, m) * everyone
         t_server = server_seconds(rates, shard, workers, optimizer) * max(share(servers, cores), everyone)
     t_pull = t_push
+    stages = (t_push, t_server, t_pull)
     if pipelined:
-        # Push, update and pull of successive chunks overlap (BytePS-style partitions): the slowest
-        # stage sets the time. A bound hpcps does not reach: it pushes, updates, then pulls.
-        total = t_compute + max(t_push, t_server, t_pull)
+        # Infinitely fine pieces: the slowest stage alone sets the time (a bound).
+        t_comm = max(stages)
     else:
-        total = t_compute + t_push + t_server + t_pull
+        # hpcps sends a shard as K pieces (ps/layout.hpp) and the server sums, updates and answers
+        # piece k while piece k+1 arrives: a K-piece pipeline of three stages takes one piece
+        # through every stage, then K - 1 more pieces at the slowest stage's pace. K = 1 (a small
+        # model) is push, then update, then pull.
+        pieces = max(1, math.ceil(shard / piece_floats))
+        t_comm = sum(stages) / pieces + (pieces - 1) * max(stages) / pieces
+    total = t_compute + t_comm
     return {"compute": t_compute, "push": t_push, "server": t_server, "pull": t_pull, "total": total}
 
 
@@ -546,7 +555,8 @@ def main():
                          "memory_add_bytes_per_second": rates.bandwidth("add"),
                          "memory_triad_bytes_per_second": rates.bandwidth("triad")},
               "equations": {
-                  "clock": "T = T_compute + T_push + T_server + T_pull (synchronous: no overlap)",
+                  "clock": "T = T_compute + (T_push + T_server + T_pull) / K + (K - 1) max(T_push, T_server, T_pull) / K "
+                           "with K = ceil(shard / 2^20) pieces (synchronous; K = 1: no overlap)",
                   "compute": "T_compute = GEMM_FLOPs(b) / GEMM_rate(b) + elementwise(b)",
                   "oversubscription": "on this machine, each phase x max(1, ranks / cores) (variant 'all'; "
                                       "'ranks': compute only; 'busy': the ranks working in the phase)",
@@ -557,7 +567,7 @@ def main():
                   "server": "T_server = [(W-1) x 12 (P/S) / BW_add + 20 (P/S) / BW_momentum] x max(1, S / cores)",
                   "pull": "T_pull = T_push",
                   "ring_allreduce": "T = T_compute + 2(n-1) t(4P/n) + (n-1) 12 (P/n) / BW_add + 20 P / BW_momentum",
-                  "pipelined_bound": "T = T_compute + max(T_push, T_server, T_pull)",
+                  "pipelined_bound": "T = T_compute + max(T_push, T_server, T_pull) (pieces of size -> 0)",
               },
               "primary_variant": primary}
 

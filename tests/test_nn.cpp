@@ -2,6 +2,7 @@
 // for each activation and for the second network type.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -65,6 +66,34 @@ static_assert(hpcps::nn::is_network_v<hpcps::nn::Mlp<>>);
 static_assert(hpcps::nn::is_network_v<hpcps::nn::SoftmaxRegression>);
 static_assert(hpcps::nn::is_network_for_v<hpcps::nn::Mlp<hpcps::nn::Tanh>, hpcps::backend::Cpu>);
 static_assert(!hpcps::nn::is_network_v<hpcps::backend::Cpu>);
+static_assert(hpcps::nn::reports_gradient_progress_v<hpcps::nn::Mlp<>, hpcps::backend::Cpu>);
+static_assert(!hpcps::nn::reports_gradient_progress_v<hpcps::nn::SoftmaxRegression, hpcps::backend::Cpu>);
+
+TEST_CASE("an MLP reports each layer's gradient as final, last layer first", "[nn]") {
+  // A worker sends grad[begin, P) when told it is final: it must be, and stay, the final value.
+  const hpcps::nn::Mlp<> net({9, 7, 5, 3});
+  const hpcps::backend::Cpu backend(1);
+  const Batch batch = random_batch(6, 9, 3, 21);
+  std::vector<float> params(net.parameter_count());
+  net.initialize(params.data(), 4);
+  auto ws = net.make_workspace(backend, batch.count);
+  std::vector<float> plain(net.parameter_count()), reported(net.parameter_count(), 123.0f);
+  net.gradient(backend, ws, params.data(), batch.x.data(), batch.y.data(), batch.count, plain.data());
+  std::vector<std::size_t> begins;
+  std::vector<std::vector<float>> snapshots;
+  net.gradient(backend, ws, params.data(), batch.x.data(), batch.y.data(), batch.count, reported.data(),
+               [&](std::size_t begin) {
+                 begins.push_back(begin);
+                 snapshots.emplace_back(reported.begin() + static_cast<std::ptrdiff_t>(begin), reported.end());
+               });
+  CHECK(reported == plain);
+  const std::vector<std::size_t> expected{9 * 7 + 7 + 7 * 5 + 5, 9 * 7 + 7, 0};  // layer 2, 1, 0 begin
+  CHECK(begins == expected);
+  for (std::size_t i = 0; i < begins.size(); ++i) {
+    INFO("report " << i << " at " << begins[i]);
+    CHECK(std::equal(snapshots[i].begin(), snapshots[i].end(), plain.begin() + static_cast<std::ptrdiff_t>(begins[i])));
+  }
+}
 
 TEMPLATE_TEST_CASE("MLP gradients match central finite differences", "[nn]", hpcps::backend::Cpu,
                    hpcps::backend::CpuEigen) {

@@ -100,6 +100,16 @@ class Mlp {
   template <class Backend>
   BatchStats gradient(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* inputs,
                       const std::int32_t* labels, std::size_t count, float* grad) const {
+    return gradient(backend, ws, params, inputs, labels, count, grad, [](std::size_t) {});
+  }
+
+  // The same, calling ready(begin) once grad[begin, parameter_count()) is final: after each layer's
+  // weight and bias gradients, last layer first (backpropagation's order), so the caller can send
+  // those slices while the layers below are still being computed. On a device backend "final"
+  // means queued on the backend's stream.
+  template <class Backend, class Ready>
+  BatchStats gradient(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* inputs,
+                      const std::int32_t* labels, std::size_t count, float* grad, Ready&& ready) const {
     detail::check_batch_fits(*this, count, ws.max_batch);
     const float* x = backend.stage(inputs, count * input_size(), ws.input_stage);
     const std::int32_t* y = backend.stage(labels, count, ws.label_stage);
@@ -115,6 +125,7 @@ class Mlp {
       backend.gemm(backend::Transpose::yes, backend::Transpose::no, out, in, count, 1.0f, delta, out, below, in, 0.0f,
                    grad + weight_offset_[l], in);
       backend.column_sums(delta, count, out, grad + bias_offset_[l]);
+      ready(weight_offset_[l]);
       if (l == 0) break;  // no delta for the input layer: nothing consumes it
       float* next = delta == Backend::data(ws.delta_a) ? Backend::data(ws.delta_b) : Backend::data(ws.delta_a);
       backend.gemm(backend::Transpose::no, backend::Transpose::no, count, in, out, 1.0f, delta, out,
