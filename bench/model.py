@@ -203,11 +203,12 @@ def share(busy, cores):
 
 
 def server_seconds(rates, shard, workers, optimizer):
-    """One server clock over a shard of `shard` floats: W - 1 accumulations (the first slice is used
-    in place when it is alone, and the first two are added in one pass), then the update."""
-    accumulate = max(0, workers - 1) * rates.kernel_seconds("add", shard, 3)
-    update = rates.kernel_seconds(UPDATE_KERNEL[optimizer], shard, UPDATE_ARRAYS[optimizer])
-    return accumulate + update
+    """One server clock over a shard of `shard` floats. hpcps sums and updates block by block
+    (ps/detail/aggregate.hpp), so the sum never goes to memory: the traffic is the W slices read
+    once plus the update rule's own arrays except the gradient (params and state, read and
+    written), at the update kernel's measured bandwidth. A lone slice is read in place."""
+    arrays = max(1, workers) + UPDATE_ARRAYS[optimizer] - 1
+    return rates.kernel_seconds(UPDATE_KERNEL[optimizer], shard, arrays)
 
 
 PIECE_FLOATS = 1 << 20  # ps::Layout::default_piece_floats: a shard travels as messages of at most 4 MiB
@@ -564,7 +565,7 @@ def main():
                   "push_dedicated": "T_push = max(link: max(W, S) x t(4P/S), node: W S t(4P/S) / cores); "
                                     "cores = infinity for one rank per node",
                   "push_colocated": "T_push = max((W-1) t(4P/W), W (W-1) t(4P/W) / cores) + copy(P/W)",
-                  "server": "T_server = [(W-1) x 12 (P/S) / BW_add + 20 (P/S) / BW_momentum] x max(1, S / cores)",
+                  "server": "T_server = (W + 4) 4 (P/S) / BW_momentum x max(1, S / cores) (fused, cache-blocked sum + update)",
                   "pull": "T_pull = T_push",
                   "ring_allreduce": "T = T_compute + 2(n-1) t(4P/n) + (n-1) 12 (P/n) / BW_add + 20 P / BW_momentum",
                   "pipelined_bound": "T = T_compute + max(T_push, T_server, T_pull) (pieces of size -> 0)",

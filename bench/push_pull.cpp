@@ -5,6 +5,9 @@
 //
 //   mpiexec -n 2 bench/push_pull [--parameters 25000000] [--clocks 10] [--repeats 7]
 //   mpiexec -n 3 bench/push_pull --servers 2
+//   mpiexec -n 2 bench/push_pull --wire bf16 [--pull-wire bf16]   # 16-bit pushes (and pulls)
+// The ping-pong always moves the fp32 model; with a 16-bit --wire the parameter server moves fewer
+// bytes than it, which ps_wire_bytes_per_clock records.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -50,12 +53,15 @@ int main(int argc, char** argv) {
   return hpcps::comm::run(argc, argv, [&](hpcps::comm::Environment&) {
     std::size_t parameters = 25'000'000, clocks = 10;
     int repeats = 7, servers = 1;
+    auto wire = hpcps::ps::WireFormat::fp32, pull_wire = hpcps::ps::WireFormat::fp32;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string flag = argv[i];
       if (flag == "--parameters") parameters = std::stoul(argv[i + 1]);
       else if (flag == "--clocks") clocks = std::stoul(argv[i + 1]);
       else if (flag == "--repeats") repeats = std::atoi(argv[i + 1]);
       else if (flag == "--servers") servers = std::atoi(argv[i + 1]);
+      else if (flag == "--wire") wire = hpcps::ps::parse_wire_format(argv[i + 1]);
+      else if (flag == "--pull-wire") pull_wire = hpcps::ps::parse_wire_format(argv[i + 1]);
     }
     const auto world = hpcps::comm::Communicator::world();
     if (world.size() != servers + 1) throw hpcps::Error("push_pull: run with 1 worker: mpiexec -n (servers + 1)");
@@ -64,6 +70,8 @@ int main(int argc, char** argv) {
     Server::Options options;
     options.servers = servers;
     options.max_batch = 1;
+    options.wire = wire;
+    options.pull_wire = pull_wire;
     Server ps(world, NullNetwork(parameters), hpcps::backend::Cpu(1), options);
     const float x = 0.0f;
     const std::int32_t y = 0;
@@ -115,21 +123,25 @@ int main(int argc, char** argv) {
       hpcps::metrics::JsonWriter json;
       json.begin_object().field("benchmark", "push_pull").field("parameters", parameters).field("servers", servers);
       json.field("clocks_per_repeat", clocks).field("repeats", repeats).field("bytes_each_way", bytes);
+      const double wire_bytes = static_cast<double>(parameters * (hpcps::ps::wire_bytes(wire) + hpcps::ps::wire_bytes(pull_wire)));
+      json.field("wire", hpcps::ps::wire_name(wire)).field("pull_wire", hpcps::ps::wire_name(pull_wire));
+      json.field("ps_wire_bytes_per_clock", wire_bytes);
       json.field("pingpong_round_trip_seconds_median", pp.median).field("pingpong_round_trip_seconds_min", pp.low)
           .field("pingpong_round_trip_seconds_max", pp.high);
       json.field("ps_clock_seconds_median", ps_clock.median).field("ps_clock_seconds_min", ps_clock.low)
           .field("ps_clock_seconds_max", ps_clock.high);
       json.field("server_update_seconds_per_clock", update_per_clock);
       json.field("pingpong_gbytes_per_second", 2 * bytes / pp.median / 1e9);
-      json.field("ps_gbytes_per_second", 2 * bytes / ps_clock.median / 1e9);
+      json.field("ps_gbytes_per_second", 2 * bytes / ps_clock.median / 1e9);  // of fp32 model bytes, whatever the wire
+      json.field("ps_wire_gbytes_per_second", wire_bytes / ps_clock.median / 1e9);
       json.field("ps_over_pingpong", pp.median / ps_clock.median);
       json.field("ps_over_pingpong_excluding_update", pp.median / (ps_clock.median - update_per_clock));
       json.end_object();
       std::printf("%s\n", json.str().c_str());
       std::fprintf(stderr,
-                   "P = %zu floats (%.0f MB each way), %d server(s): ping-pong round trip %.2f ms (%.2f-%.2f), "
+                   "P = %zu floats (%.0f MB each way), %d server(s), wire %s/%s: ping-pong round trip %.2f ms (%.2f-%.2f), "
                    "PS push+pull %.2f ms (%.2f-%.2f) of which server update ~%.2f ms; ratio %.2f (%.2f without the update)\n",
-                   parameters, bytes / 1e6, servers, pp.median * 1e3, pp.low * 1e3, pp.high * 1e3, ps_clock.median * 1e3,
+                   parameters, bytes / 1e6, servers, hpcps::ps::wire_name(wire), hpcps::ps::wire_name(pull_wire), pp.median * 1e3, pp.low * 1e3, pp.high * 1e3, ps_clock.median * 1e3,
                    ps_clock.low * 1e3, ps_clock.high * 1e3, update_per_clock * 1e3, pp.median / ps_clock.median,
                    pp.median / (ps_clock.median - update_per_clock));
     }

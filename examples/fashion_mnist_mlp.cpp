@@ -6,6 +6,7 @@
 //   mpiexec -n 4 ./fashion_mnist_mlp --sync async --optimizer adam
 //   mpiexec -n 2 ./fashion_mnist_mlp --backend thrust-omp --threads 2
 //   mpiexec -n 3 ./fashion_mnist_mlp --hidden 4096,4096 --batch 256 --train-samples 4096 --no-evaluation
+//   mpiexec -n 2 ./fashion_mnist_mlp --wire bf16                # gradients pushed as bfloat16
 //
 // Ranks [0, W) are workers and the last --servers ranks are servers; rank 0 prints progress.
 // Each --sync and --optimizer choice selects a composition compiled into this program.
@@ -105,6 +106,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-evaluation", cfg.evaluate,
                "Skip the test-set evaluations (benchmarks: they are not training time, but rank 0 spends them)");
+  app.add_option("--wire", cfg.wire, "Number format of the pushed gradients: fp32, bf16, fp16 (servers sum in fp32)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--pull-wire", cfg.pull_wire,
+                 "Number format of the pulled parameters: fp32, bf16, fp16 (servers keep fp32 masters)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));

@@ -35,6 +35,8 @@ struct Config {
   std::size_t evaluations_per_epoch = 1;
   bool evaluate = true;           // test-set evaluation on rank 0 (excluded from the training time)
   std::size_t train_samples = 0;  // train on the first N samples only; 0: all
+  std::string wire = "fp32";       // number format of pushed gradients: fp32, bf16, fp16
+  std::string pull_wire = "fp32";  // number format of pulled parameters
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
 };
@@ -64,15 +66,17 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   options.servers = cfg.servers;
   options.seed = cfg.seed;
   options.max_batch = hpcps::ps::worker_batch(cfg.batch, 0, p.workers);  // worker 0 gets the largest share
+  options.wire = hpcps::ps::parse_wire_format(cfg.wire);
+  options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
 
   if (root) {
     fmt::print("hpcps {}: {} ({} parameters), {} worker(s) + {} server(s), global batch {}, {} thread(s)/rank, "
-               "sync {}{}, optimizer {} (lr {} {}), backend {}\n",
+               "sync {}{}, optimizer {} (lr {} {}), backend {}, wire {} push / {} pull\n",
                hpcps::version_string, p.network.describe(), p.network.parameter_count(), ps.layout().workers(),
                ps.layout().servers(), cfg.batch, cfg.threads, Sync::name,
                cfg.sync == "ssp" ? fmt::format(" (staleness {})", cfg.staleness) : std::string(), cfg.optimizer,
-               *cfg.lr, cfg.schedule, Backend::name);
+               *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire);
     if (cfg.slow_worker >= 0) fmt::print("worker {} is slowed down {}x\n", cfg.slow_worker, cfg.slowdown);
     fmt::print("{:>5} {:>10} {:>9} {:>10} {:>9} {:>11} {:>8} {:>9} {:>9} {:>9}\n", "epoch", "train_loss", "train_acc",
                "test_loss", "test_acc", "samples/s", "time_s", "compute", "comm", "wait");
@@ -115,6 +119,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
       json.field("servers", cfg.servers).field("workers", ps.layout().workers()).field("threads", cfg.threads);
       json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown);
+      json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
       json.end_object();
       hpcps::ps::write_report_fields(json, report);
       json.end_object();

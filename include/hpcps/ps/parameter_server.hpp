@@ -17,6 +17,7 @@
 #include "hpcps/optim/sgd.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/server.hpp"
+#include "hpcps/ps/wire_format.hpp"
 #include "hpcps/ps/worker.hpp"
 #include "hpcps/sync/sync_traits.hpp"
 #include "hpcps/sync/synchronous.hpp"
@@ -60,6 +61,14 @@ class ParameterServer {
     // Largest message of a push or pull: a shard travels as pieces of this many floats, so the
     // server's update and both directions of transfer overlap (ps/layout.hpp).
     std::size_t piece_floats = ps::Layout::default_piece_floats;
+    // Number format of the gradients pushed (ps/wire_format.hpp): bf16 or fp16 halve the push
+    // bytes; servers still sum in fp32 and the sample counts stay exact.
+    ps::WireFormat wire = ps::WireFormat::fp32;
+    // Number format of the parameters pulled: fp32 by default, because a worker computing on
+    // parameters rounded to bf16 sees every one moved by up to 2^-9 of its value at every clock,
+    // an error that does not average out over workers as the gradient's does. The servers keep
+    // the fp32 master copy either way, so the rounding does not accumulate across updates.
+    ps::WireFormat pull_wire = ps::WireFormat::fp32;
   };
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
@@ -76,10 +85,11 @@ class ParameterServer {
       std::vector<float> initial(network.parameter_count());
       network.initialize(initial.data(), options.seed);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
-                                              sync, optimizer);
+                                              sync, optimizer, options.wire, options.pull_wire);
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
-      worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch);
+      worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
+                                              options.pull_wire);
     }
     if (layout_.colocated()) {
       if constexpr (Sync::aggregates) {

@@ -13,16 +13,24 @@
 // - individual (asynchronous, stale-bounded): each push is applied as it arrives, in arrival
 //   order; the worker that sent it is answered once it is at most `staleness()` clocks ahead of the
 //   slowest active worker, else it waits until the slowest catches up.
+//
+// Pushes in a 16-bit wire format (ps/wire_format.hpp) land in a 16-bit inbox, their counts in an
+// fp32 array beside it, and are converted to fp32 inside the sum; a 16-bit pull sends a 16-bit
+// copy of the shard, refreshed piece by piece after each update. The parameters and the
+// optimizer state stay fp32 either way: the wire rounds what travels, never what is kept.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/request.hpp"
+#include "hpcps/comm/segments.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/ps/detail/aggregate.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/wire_format.hpp"
 
 namespace hpcps::ps {
 
@@ -39,20 +47,36 @@ template <class Sync, class Optimizer>
 class Server {
  public:
   Server(const comm::Communicator& world, const Layout& layout, int index, const float* initial_parameters,
-         Sync sync, Optimizer optimizer)
+         Sync sync, Optimizer optimizer, WireFormat push_wire = WireFormat::fp32,
+         WireFormat pull_wire = WireFormat::fp32)
       : world_(world),
         layout_(layout),
         range_(layout.shard(index)),
         sync_(sync),
         optimizer_(optimizer),
+        push_wire_(push_wire),
+        pull_wire_(pull_wire),
         params_(initial_parameters + range_.begin, initial_parameters + range_.end),
-        block_(Sync::aggregates ? detail::aggregate_block : 0, 0.0f),  // only the aggregating loop sums slices
-        inbox_(static_cast<std::size_t>(layout.workers()) * (range_.size() + 1), 0.0f),
+        // The aggregating loop sums slices in it; a 16-bit slice is converted in it in either loop.
+        block_(Sync::aggregates || push_wire != WireFormat::fp32 ? detail::aggregate_block : 0, 0.0f),
         state_(optimizer_.make_state(range_.size())) {
     const auto workers = static_cast<std::size_t>(layout.workers());
     for (std::size_t k = 0; k < layout.pieces(index); ++k) {
       const data::Range p = layout.piece(index, k);
       pieces_.push_back({p.begin - range_.begin, p.end - range_.begin});
+    }
+    if (push_wire == WireFormat::fp32) {
+      inbox_.assign(workers * (range_.size() + 1), 0.0f);
+    } else {
+      inbox_wire_.assign(workers * range_.size(), 0);
+      counts_.assign(workers, 0.0f);
+      for (std::size_t w = 0; w < workers; ++w) {
+        first_piece_.emplace_back(comm::Segments{{&counts_[w], 1}, {inbox_wire(w) + pieces_[0].begin, pieces_[0].size()}});
+      }
+    }
+    if (pull_wire != WireFormat::fp32) {
+      params_wire_.assign(range_.size(), 0);
+      encode_parameters(0, range_.size());  // the initial parameters every worker receives first
     }
     stats_.pushes_per_worker.assign(workers, 0);
     stats_.clocks_per_worker.assign(workers, 0);
@@ -61,6 +85,7 @@ class Server {
     pieces_in_.assign(workers, 0);
     contributors_.reserve(workers);
     piece_slices_.reserve(workers);
+    piece_wire_slices_.reserve(workers);
     if constexpr (Sync::aggregates) {
       piece_receives_.resize(pieces_.size());
       piece_replies_.resize(pieces_.size());
@@ -89,6 +114,7 @@ class Server {
     }
   }
 
+  // The fp32 master copy; a 16-bit pull sends it rounded.
   const std::vector<float>& parameters() const { return params_; }
   data::Range range() const { return range_; }
   const ServerStats& stats() const { return stats_; }
@@ -119,17 +145,17 @@ class Server {
     contributors_.clear();
     for (std::size_t w = 0; w < workers; ++w) {
       if (!active_[w]) continue;
-      const float* message = inbox(w);
-      if (message[0] == push_count::stop) {
+      const float count = push_count(w);
+      if (count == push_count::stop) {
         active_[w] = 0;
         --remaining_;
         continue;
       }
       ++stats_.clocks_per_worker[w];
-      if (message[0] <= 0.0f) continue;  // idle at this clock
+      if (count <= 0.0f) continue;  // idle at this clock
       ++stats_.pushes_per_worker[w];
-      total += message[0];
-      contributors_.push_back(message + 1);
+      total += count;
+      contributors_.push_back(w);
     }
     if (remaining_ > 0) {
       const std::size_t slowest = slowest_active_clock();
@@ -150,10 +176,8 @@ class Server {
       piece_replies_[k].clear();
       clock.charge(stats_.wait);
       if (!contributors_.empty()) {
-        piece_slices_.clear();
-        for (const float* slice : contributors_) piece_slices_.push_back(slice + p.begin);
-        detail::aggregate_and_step(optimizer_, state_, p.begin, params_.data() + p.begin, piece_slices_.data(),
-                                   piece_slices_.size(), scale, p.size(), stats_.updates, block_.data());
+        aggregate(p, scale);
+        encode_parameters(p.begin, p.end);
       }
       if (remaining_ > 0) {
         for (std::size_t w = 0; w < workers; ++w) {
@@ -185,19 +209,23 @@ class Server {
       const std::size_t w = slot / pieces;
       if (++pieces_in_[w] < pieces) continue;  // the rest of worker w's push is still arriving
       pieces_in_[w] = 0;
-      const float* message = inbox(w);
+      const float count = push_count(w);
       // Answers in flight read params_, and the reply set stays within its capacity.
       replies_.wait_all();
       replies_.clear();
-      if (message[0] == push_count::stop) {
+      if (count == push_count::stop) {
         active_[w] = 0;
         waiting_[w] = 0;
         --remaining;
       } else {
         ++stats_.clocks_per_worker[w];
-        if (message[0] > 0.0f) {
+        if (count > 0.0f) {
           ++stats_.pushes_per_worker[w];
-          optimizer_.step(state_, 0, params_.data(), message + 1, 1.0f / message[0], params_.size(), stats_.updates);
+          // A lone slice over the whole shard: an fp32 one goes to the rule where it arrived.
+          contributors_.clear();
+          contributors_.push_back(w);
+          aggregate({0, params_.size()}, 1.0f / count);
+          encode_parameters(0, params_.size());
           ++stats_.updates;
         }
         waiting_[w] = 1;
@@ -233,22 +261,55 @@ class Server {
   // How far ahead of the slowest active worker a worker is when it gets parameters.
   void note_staleness(std::size_t ahead) { stats_.max_staleness = std::max(stats_.max_staleness, ahead); }
 
-  // Worker w's latest push: [count, slice], piece k of the slice at inbox(w) + 1 + pieces_[k].begin.
+  // Worker w's latest push in fp32: [count, slice], piece k of the slice at
+  // inbox(w) + 1 + pieces_[k].begin. In a 16-bit format: the count in counts_[w], the slice at
+  // inbox_wire(w).
   float* inbox(std::size_t worker) { return inbox_.data() + worker * (range_.size() + 1); }
+  std::uint16_t* inbox_wire(std::size_t worker) { return inbox_wire_.data() + worker * range_.size(); }
+  float push_count(std::size_t worker) {
+    return push_wire_ == WireFormat::fp32 ? inbox(worker)[0] : counts_[worker];
+  }
+
+  // params_[p] <- the rule applied to the sum of the contributors' piece p (shard-relative), in
+  // contributors_' order.
+  void aggregate(data::Range p, float scale) {
+    if (push_wire_ == WireFormat::fp32) {
+      piece_slices_.clear();
+      for (std::size_t w : contributors_) piece_slices_.push_back(inbox(w) + 1 + p.begin);
+      detail::aggregate_and_step(optimizer_, state_, p.begin, params_.data() + p.begin, piece_slices_.data(),
+                                 piece_slices_.size(), scale, p.size(), stats_.updates, block_.data());
+    } else {
+      piece_wire_slices_.clear();
+      for (std::size_t w : contributors_) piece_wire_slices_.push_back(inbox_wire(w) + p.begin);
+      detail::aggregate_and_step(push_wire_, optimizer_, state_, p.begin, params_.data() + p.begin,
+                                 piece_wire_slices_.data(), piece_wire_slices_.size(), scale, p.size(), stats_.updates,
+                                 block_.data());
+    }
+  }
+  // The 16-bit copy a 16-bit pull sends, of the shard's [begin, end) (no-op for fp32 pulls).
+  void encode_parameters(std::size_t begin, std::size_t end) {
+    if (pull_wire_ != WireFormat::fp32) wire::encode(pull_wire_, params_.data() + begin, end - begin, params_wire_.data() + begin);
+  }
 
   void add_reply(std::size_t worker) {
     for (std::size_t k = 0; k < pieces_.size(); ++k) replies_.add(reply(worker, k));
   }
   comm::Request reply(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
-    return world_.isend(params_.data() + p.begin, p.size(), layout_.worker_rank(static_cast<int>(worker)), tags::params);
+    const int rank = layout_.worker_rank(static_cast<int>(worker));
+    if (pull_wire_ == WireFormat::fp32) return world_.isend(params_.data() + p.begin, p.size(), rank, tags::params);
+    return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
   }
   // Piece 0's receive takes the leading count too.
   comm::Request listen(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
+    const int rank = layout_.worker_rank(static_cast<int>(worker));
+    if (push_wire_ != WireFormat::fp32) {
+      if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push);
+      return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push);
+    }
     const std::size_t lead = k == 0 ? 0 : 1;
-    return world_.irecv(inbox(worker) + lead + p.begin, p.size() + 1 - lead,
-                        layout_.worker_rank(static_cast<int>(worker)), tags::push);
+    return world_.irecv(inbox(worker) + lead + p.begin, p.size() + 1 - lead, rank, tags::push);
   }
 
   const comm::Communicator& world_;
@@ -256,13 +317,18 @@ class Server {
   data::Range range_;
   Sync sync_;
   Optimizer optimizer_;
+  WireFormat push_wire_, pull_wire_;
   std::vector<float> params_, block_, inbox_;
   typename Optimizer::State state_;
+  std::vector<std::uint16_t> inbox_wire_, params_wire_;  // 16-bit pushes received, 16-bit copy for pulls
+  std::vector<float> counts_;                            // 16-bit pushes: each worker's sample count
+  std::vector<comm::Segments> first_piece_;              // 16-bit pushes: [count, piece 0] receive, by worker
   std::vector<data::Range> pieces_;  // relative to the shard
   std::vector<char> active_, waiting_;
   std::vector<std::size_t> pieces_in_;        // individual loop: pieces of the current push received, by worker
-  std::vector<const float*> contributors_;    // aggregating loop: this clock's slices, in worker-rank order
-  std::vector<const float*> piece_slices_;    // the same, advanced to the piece being summed
+  std::vector<std::size_t> contributors_;     // workers whose slices this update sums, in worker-rank order
+  std::vector<const float*> piece_slices_;    // their slices, advanced to the piece being summed
+  std::vector<const std::uint16_t*> piece_wire_slices_;  // the same for a 16-bit push
   std::size_t remaining_ = 0;
   std::vector<comm::RequestSet> piece_receives_, piece_replies_;  // aggregating loop: one set per piece
   comm::RequestSet receives_, replies_;                           // individual loop

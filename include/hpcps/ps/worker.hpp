@@ -3,6 +3,10 @@
 // parameters back. Every MPI call of a step happens on the calling thread; the backend's threads
 // only compute. All buffers, requests and MPI datatypes are made in the constructor, so the
 // steady-state step allocates nothing.
+//
+// In a 16-bit wire format (ps/wire_format.hpp) a push converts each piece of the fp32 gradient into
+// a send buffer of its own just before the piece leaves, so converting piece k overlaps the
+// transfer of piece k-1; a 16-bit pull is converted back piece by piece as the pieces arrive.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -19,6 +23,7 @@
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/nn/batch_stats.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/wire_format.hpp"
 
 namespace hpcps::ps {
 
@@ -48,14 +53,18 @@ class Worker {
   using host_vector = typename detail::host_vector<Backend>::type;
 
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
-         std::size_t max_batch)
+         std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32)
       : world_(world),
         layout_(layout),
         network_(network),
         backend_(backend),
         workspace_(network.make_workspace(backend, max_batch)),
         params_(layout.parameters(), 0.0f),
-        grad_(layout.parameters(), 0.0f) {
+        grad_(layout.parameters(), 0.0f),
+        push_wire_(push_wire),
+        pull_wire_(pull_wire),
+        grad_wire_(push_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
+        params_wire_(pull_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0) {
     if (max_batch > (std::size_t{1} << 24)) {
       // The sample count travels as the leading float of a push; floats count exactly to 2^24.
       throw Error(fmt::format("ps::Worker: batch of {} exceeds the largest supported ({})", max_batch, 1 << 24));
@@ -67,7 +76,12 @@ class Worker {
     std::size_t pieces = 0;
     for (int s = 0; s < layout.servers(); ++s) {
       const data::Range first = layout.piece(s, 0);
-      full_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}, {grad_.data() + first.begin, first.size()}});
+      if (push_wire == WireFormat::fp32) {
+        full_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}, {grad_.data() + first.begin, first.size()}});
+      } else {
+        // The count stays an fp32 beside the 16-bit slice: exact, and the server's receive is typed.
+        wire_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_wire_.data() + first.begin, first.size()}});
+      }
       count_only_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}});
       for (std::size_t k = 0; k < layout.pieces(s); ++k) pull_pieces_.push_back(layout.piece(s, k));
       pieces += layout.pieces(s);
@@ -99,7 +113,6 @@ class Worker {
     compute_before_ = times_.compute;
     count_slot_ = static_cast<float>(count);
     for (int s = 0; s < layout_.servers(); ++s) {
-      const auto server = static_cast<std::size_t>(s);
       if constexpr (!Backend::host_accessible) {
         // Slice by slice: server s can take slice s while the next one comes off the device.
         if (count > 0) {
@@ -107,7 +120,7 @@ class Worker {
           backend_.download(Backend::data(device_grad_) + r.begin, r.size(), grad_.data() + r.begin);
         }
       }
-      push_pieces(s, count > 0 ? full_push_[server] : count_only_push_[server], count > 0);
+      push_pieces(s, count > 0);
     }
     post_pulls();
     if (serve_local_) serve_local_();  // colocated: this rank's server takes everyone's pushes now
@@ -123,7 +136,7 @@ class Worker {
   // Tells every server this worker is done; no reply comes.
   void finish() {
     count_slot_ = push_count::stop;
-    for (int s = 0; s < layout_.servers(); ++s) push_pieces(s, count_only_push_[static_cast<std::size_t>(s)], false);
+    for (int s = 0; s < layout_.servers(); ++s) push_pieces(s, false);
     if (serve_local_) serve_local_();
     sends_.wait_all();
     sends_.clear();
@@ -140,6 +153,8 @@ class Worker {
   const Backend& backend() const { return backend_; }
   typename Network::template Workspace<Backend>& workspace() { return workspace_; }
   const WorkerTimes& times() const { return times_; }
+  WireFormat push_wire() const { return push_wire_; }
+  WireFormat pull_wire() const { return pull_wire_; }
   void reset_times() {
     times_ = {};
     compute_before_ = 0.0;
@@ -163,32 +178,56 @@ class Worker {
   }
   // Piece 0 carries the sample count (or a marker); an idle or stopping worker still sends every
   // piece, empty, so each server always receives the same number of messages per clock and its
-  // receives, posted in advance, match them in order.
-  void push_pieces(int s, const comm::FloatSegments& first, bool with_gradient) {
+  // receives, posted in advance, match them in order. A count alone is the same fp32 message in
+  // every wire format: the server's piece-0 receive starts with it.
+  void push_pieces(int s, bool with_gradient) {
     const int rank = layout_.server_rank(s);
-    sends_.add(first.isend(world_, rank, tags::push));
-    for (std::size_t k = 1; k < layout_.pieces(s); ++k) {
+    const auto server = static_cast<std::size_t>(s);
+    if (push_wire_ == WireFormat::fp32) {
+      sends_.add((with_gradient ? full_push_[server] : count_only_push_[server]).isend(world_, rank, tags::push));
+      for (std::size_t k = 1; k < layout_.pieces(s); ++k) {
+        const data::Range p = layout_.piece(s, k);
+        sends_.add(world_.isend(grad_.data() + p.begin, with_gradient ? p.size() : 0, rank, tags::push));
+      }
+      return;
+    }
+    for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
       const data::Range p = layout_.piece(s, k);
-      sends_.add(world_.isend(grad_.data() + p.begin, with_gradient ? p.size() : 0, rank, tags::push));
+      if (with_gradient) wire::encode(push_wire_, grad_.data() + p.begin, p.size(), grad_wire_.data() + p.begin);
+      if (k == 0) {
+        sends_.add(with_gradient ? wire_push_[server].isend(world_, rank, tags::push)
+                                 : count_only_push_[server].isend(world_, rank, tags::push));
+      } else {
+        sends_.add(world_.isend(grad_wire_.data() + p.begin, with_gradient ? p.size() : 0, rank, tags::push));
+      }
     }
   }
   void post_pulls() {
     for (int s = 0; s < layout_.servers(); ++s) {
       for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
         const data::Range p = layout_.piece(s, k);
-        receives_.add(world_.irecv(params_.data() + p.begin, p.size(), layout_.server_rank(s), tags::params));
+        const int rank = layout_.server_rank(s);
+        if (pull_wire_ == WireFormat::fp32) {
+          receives_.add(world_.irecv(params_.data() + p.begin, p.size(), rank, tags::params));
+        } else {
+          receives_.add(world_.irecv(params_wire_.data() + p.begin, p.size(), rank, tags::params));
+        }
       }
     }
   }
-  // Waits for every piece of every server's slice; a device backend uploads each piece as it
-  // arrives, so the copies overlap the wait for the others.
+  // Waits for every piece of every server's slice; a 16-bit piece is converted and a device
+  // backend uploads each piece as it arrives, so that work overlaps the wait for the others.
   void complete_pulls() {
-    if constexpr (Backend::host_accessible) {
+    const bool convert = pull_wire_ != WireFormat::fp32;
+    if (Backend::host_accessible && !convert) {
       receives_.wait_all();
     } else {
       for (std::size_t done = 0; done < pull_pieces_.size(); ++done) {
         const data::Range p = pull_pieces_[static_cast<std::size_t>(receives_.wait_any())];
-        backend_.upload(params_.data() + p.begin, p.size(), Backend::data(device_params_) + p.begin);
+        if (convert) wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_.data() + p.begin);
+        if constexpr (!Backend::host_accessible) {
+          backend_.upload(params_.data() + p.begin, p.size(), Backend::data(device_params_) + p.begin);
+        }
       }
     }
     receives_.clear();
@@ -201,8 +240,11 @@ class Worker {
   typename Network::template Workspace<Backend> workspace_;
   host_vector params_, grad_;
   typename Backend::buffer_type device_params_{}, device_grad_{};
+  WireFormat push_wire_, pull_wire_;
+  std::vector<std::uint16_t> grad_wire_, params_wire_;  // the 16-bit wire's send and receive buffers
   float count_slot_ = 0.0f;
   std::vector<comm::FloatSegments> full_push_, count_only_push_;  // piece 0 of each server's push
+  std::vector<comm::Segments> wire_push_;                         // the same in a 16-bit wire format
   std::vector<data::Range> pull_pieces_;                         // in the order post_pulls() posts them
   comm::RequestSet sends_, receives_;
   metrics::PhaseClock clock_;

@@ -5,6 +5,9 @@
 // parameters and the rule's state read and written once; the sum never goes to memory.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+
+#include "hpcps/ps/wire_format.hpp"
 
 namespace hpcps::ps::detail {
 
@@ -40,6 +43,39 @@ void aggregate_and_step(const Optimizer& optimizer, State& state, std::size_t of
     }
     optimizer.step(state, offset + begin, params + begin, block, scale, m, step);
   }
+}
+
+// The same for slices that arrived in a 16-bit wire format (ps/wire_format.hpp): each element is
+// converted to fp32 as the sum reads it, and the sum, its order and the update stay fp32, so the
+// only difference from fp32 slices is the rounding the wire did. A lone contributor's slice is
+// converted into `block` (the rule cannot read 16-bit values).
+template <class Codec, class Optimizer, class State>
+void aggregate_and_step(Codec, const Optimizer& optimizer, State& state, std::size_t offset, float* params,
+                        const std::uint16_t* const* slices, std::size_t count, float scale, std::size_t n,
+                        std::size_t step, float* block) {
+  if (count == 0 || n == 0) return;
+  for (std::size_t begin = 0; begin < n; begin += aggregate_block) {
+    const std::size_t m = std::min(aggregate_block, n - begin);
+    const std::uint16_t* a = slices[0] + begin;
+#pragma omp simd
+    for (std::size_t i = 0; i < m; ++i) block[i] = Codec::decode(a[i]);
+    for (std::size_t c = 1; c < count; ++c) {
+      const std::uint16_t* s = slices[c] + begin;
+#pragma omp simd
+      for (std::size_t i = 0; i < m; ++i) block[i] += Codec::decode(s[i]);
+    }
+    optimizer.step(state, offset + begin, params + begin, block, scale, m, step);
+  }
+}
+
+// Dispatches a run-time 16-bit WireFormat to the loop compiled for it, once per piece.
+template <class Optimizer, class State>
+void aggregate_and_step(WireFormat format, const Optimizer& optimizer, State& state, std::size_t offset, float* params,
+                        const std::uint16_t* const* slices, std::size_t count, float scale, std::size_t n,
+                        std::size_t step, float* block) {
+  wire::with_codec(format, [&](auto codec) {
+    aggregate_and_step(codec, optimizer, state, offset, params, slices, count, scale, n, step, block);
+  });
 }
 
 }  // namespace hpcps::ps::detail
