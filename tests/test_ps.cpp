@@ -166,7 +166,7 @@ TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mp
   }
 }
 
-TEST_CASE("synchronous training is reproducible and uneven shards end cleanly", "[ps][mpi]") {
+TEST_CASE("synchronous training is reproducible, with or without overlap, and uneven shards end cleanly", "[ps][mpi]") {
   const auto world = hpcps::comm::Communicator::world();
   if (world.size() < 2) {
     WARN("needs at least 2 ranks (a worker and a server)");
@@ -187,6 +187,10 @@ TEST_CASE("synchronous training is reproducible and uneven shards end cleanly", 
     Ps::Options ps_options;
     ps_options.servers = 1;
     ps_options.max_batch = 5;
+    // The second run pushes after the whole gradient, the first during backpropagation, pieces of
+    // 3 floats leaving last layer first: when messages leave must not change a single bit.
+    ps_options.piece_floats = 3;
+    ps_options.overlap = run == 0;
     Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
     const auto report = hpcps::ps::train(ps, train, &test, options);
     if (ps.is_worker()) {

@@ -118,6 +118,14 @@ class Communicator {
   MPI_Comm native() const noexcept { return comm_; }
   bool is_null() const noexcept { return comm_ == MPI_COMM_NULL; }
 
+  // The largest tag this MPI accepts (MPI_TAG_UB; the standard guarantees at least 32767).
+  int tag_upper_bound() const {
+    void* value = nullptr;
+    int found = 0;
+    check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &value, &found), "MPI_Comm_get_attr", "MPI_TAG_UB");
+    return found != 0 && value != nullptr ? *static_cast<int*>(value) : 32767;
+  }
+
   // Collective. Ranks with the same color form one new communicator, ordered by key (ties by rank
   // here). A rank passing MPI_UNDEFINED as color gets a null communicator.
   Communicator split(int color, int key) const {

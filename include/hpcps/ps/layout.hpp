@@ -22,8 +22,12 @@ enum class Role { worker, server };
 // Message tags between workers and servers. Per (source, tag) pair MPI delivers in order, so the
 // clock of a message is implicit: the k-th push from a worker is its clock k.
 namespace tags {
-inline constexpr int push = 11;    // worker -> server: [sample count, piece 0], then pieces 1, 2, ...
-inline constexpr int params = 12;  // server -> worker: parameter pieces 0, 1, ...
+inline constexpr int params = 12;  // server -> worker: parameter pieces 0, 1, ... in order
+// worker -> server: piece k of a push ([sample count, piece 0], then pieces 1, 2, ...) has tag
+// push + k, so each piece finds its receive whatever order the pieces leave in (a worker that
+// overlaps its push with backpropagation sends the last pieces first).
+inline constexpr int push = 1000;
+inline constexpr int push_piece(std::size_t k) { return push + static_cast<int>(k); }
 }  // namespace tags
 
 // Leading float of a push: number of samples summed into the slice, or one of these markers.
@@ -80,6 +84,11 @@ class Layout {
   std::size_t pieces(int server) const {
     const std::size_t n = shard(server).size();
     return n == 0 ? 1 : (n + piece_floats_ - 1) / piece_floats_;
+  }
+  std::size_t max_pieces() const {
+    std::size_t most = 0;
+    for (int s = 0; s < servers_; ++s) most = std::max(most, pieces(s));
+    return most;
   }
   // Piece k of server s's shard, in absolute parameter indices.
   data::Range piece(int server, std::size_t k) const {

@@ -69,6 +69,9 @@ class ParameterServer {
     // an error that does not average out over workers as the gradient's does. The servers keep
     // the fp32 master copy either way, so the rounding does not accumulate across updates.
     ps::WireFormat pull_wire = ps::WireFormat::fp32;
+    // Push each piece of the gradient as soon as backpropagation has finished it, while the
+    // layers below are still computed (networks that report progress, host-memory backends).
+    bool overlap = true;
   };
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
@@ -78,6 +81,14 @@ class ParameterServer {
       : world_(world.duplicate()),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options) {
+    // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
+    const int tag_ub = world_.tag_upper_bound();
+    if (layout_.max_pieces() > static_cast<std::size_t>(tag_ub - ps::tags::push) + 1) {
+      throw Error(fmt::format("ParameterServer: a shard of {} pieces of {} floats needs push tags up to {}, beyond "
+                              "this MPI's MPI_TAG_UB {}; choose a larger Options::piece_floats",
+                              layout_.max_pieces(), options.piece_floats,
+                              ps::tags::push + static_cast<long long>(layout_.max_pieces()) - 1, tag_ub));
+    }
     const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
     if (serves) {
       // Every server derives the same initial vector from the seed and keeps its own range, so
@@ -89,7 +100,7 @@ class ParameterServer {
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
-                                              options.pull_wire);
+                                              options.pull_wire, options.overlap);
     }
     if (layout_.colocated()) {
       if constexpr (Sync::aggregates) {

@@ -305,11 +305,11 @@ class Server {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
     if (push_wire_ != WireFormat::fp32) {
-      if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push);
-      return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push);
+      if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push_piece(0));
+      return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push_piece(k));
     }
     const std::size_t lead = k == 0 ? 0 : 1;
-    return world_.irecv(inbox(worker) + lead + p.begin, p.size() + 1 - lead, rank, tags::push);
+    return world_.irecv(inbox(worker) + lead + p.begin, p.size() + 1 - lead, rank, tags::push_piece(k));
   }
 
   const comm::Communicator& world_;

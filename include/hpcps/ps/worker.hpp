@@ -1,6 +1,7 @@
 #pragma once
 // A worker: computes the gradient of its batch, pushes one slice to each server, pulls the new
-// parameters back. Every MPI call of a step happens on the calling thread; the backend's threads
+// parameters back. Where the network reports its progress (nn::reports_gradient_progress_v) the
+// push overlaps backpropagation: each piece of the gradient leaves as soon as it is final. Every MPI call of a step happens on the calling thread; the backend's threads
 // only compute. All buffers, requests and MPI datatypes are made in the constructor, so the
 // steady-state step allocates nothing.
 //
@@ -22,6 +23,7 @@
 #include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/nn/network_traits.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/wire_format.hpp"
 
@@ -49,11 +51,17 @@ struct host_vector<Backend, std::void_t<typename Backend::template host_allocato
 
 template <class Network, class Backend>
 class Worker {
+  // Pushing during backpropagation needs the network's progress reports, and gradient pieces the
+  // worker can send as they are (host memory: a device gradient is downloaded after the step).
+  static constexpr bool overlaps_backpropagation =
+      nn::reports_gradient_progress_v<Network, Backend> && Backend::host_accessible;
+
  public:
   using host_vector = typename detail::host_vector<Backend>::type;
 
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
-         std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32)
+         std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32,
+         bool overlap = true)
       : world_(world),
         layout_(layout),
         network_(network),
@@ -64,7 +72,8 @@ class Worker {
         push_wire_(push_wire),
         pull_wire_(pull_wire),
         grad_wire_(push_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
-        params_wire_(pull_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0) {
+        params_wire_(pull_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
+        overlap_(overlap && overlaps_backpropagation) {
     if (max_batch > (std::size_t{1} << 24)) {
       // The sample count travels as the leading float of a push; floats count exactly to 2^24.
       throw Error(fmt::format("ps::Worker: batch of {} exceeds the largest supported ({})", max_batch, 1 << 24));
@@ -83,7 +92,10 @@ class Worker {
         wire_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_wire_.data() + first.begin, first.size()}});
       }
       count_only_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}});
-      for (std::size_t k = 0; k < layout.pieces(s); ++k) pull_pieces_.push_back(layout.piece(s, k));
+      for (std::size_t k = 0; k < layout.pieces(s); ++k) {
+        pull_pieces_.push_back(layout.piece(s, k));
+        push_order_.push_back({s, k});
+      }
       pieces += layout.pieces(s);
     }
     sends_.reserve(pieces);
@@ -101,8 +113,20 @@ class Worker {
   nn::BatchStats step(const float* inputs, const std::int32_t* labels, std::size_t count) {
     clock_.start();
     nn::BatchStats stats;
+    count_slot_ = static_cast<float>(count);
+    unsent_ = push_order_.size();
     if (count > 0) {
-      stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
+      if constexpr (overlaps_backpropagation) {
+        // A slowed worker (after_compute) must not have pushed before it is done being slow.
+        if (overlap_ && !after_compute_) {
+          stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad(),
+                                    [this](std::size_t begin) { push_ready(begin); });
+        } else {
+          stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
+        }
+      } else {
+        stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
+      }
       ++gradient_pushes_;
     }
     clock_.charge(times_.compute);
@@ -111,17 +135,19 @@ class Worker {
       clock_.charge(times_.compute);  // a slowed worker is slow at computing
     }
     compute_before_ = times_.compute;
-    count_slot_ = static_cast<float>(count);
-    for (int s = 0; s < layout_.servers(); ++s) {
+    // The pieces backpropagation did not already send, in order: [0, unsent_) of push_order_.
+    for (std::size_t i = 0; i < unsent_; ++i) {
+      const auto [s, k] = push_order_[i];
       if constexpr (!Backend::host_accessible) {
         // Slice by slice: server s can take slice s while the next one comes off the device.
-        if (count > 0) {
+        if (count > 0 && k == 0) {
           const data::Range r = layout_.shard(s);
           backend_.download(Backend::data(device_grad_) + r.begin, r.size(), grad_.data() + r.begin);
         }
       }
-      push_pieces(s, count > 0);
+      push_piece(s, k, count > 0);
     }
+    unsent_ = 0;
     post_pulls();
     if (serve_local_) serve_local_();  // colocated: this rank's server takes everyone's pushes now
     sends_.wait_all();
@@ -136,7 +162,7 @@ class Worker {
   // Tells every server this worker is done; no reply comes.
   void finish() {
     count_slot_ = push_count::stop;
-    for (int s = 0; s < layout_.servers(); ++s) push_pieces(s, false);
+    for (const auto& [s, k] : push_order_) push_piece(s, k, false);
     if (serve_local_) serve_local_();
     sends_.wait_all();
     sends_.clear();
@@ -178,28 +204,38 @@ class Worker {
   }
   // Piece 0 carries the sample count (or a marker); an idle or stopping worker still sends every
   // piece, empty, so each server always receives the same number of messages per clock and its
-  // receives, posted in advance, match them in order. A count alone is the same fp32 message in
-  // every wire format: the server's piece-0 receive starts with it.
-  void push_pieces(int s, bool with_gradient) {
+  // receives, posted in advance, match them (by tag: push_piece(k)). A count alone is the same
+  // fp32 message in every wire format: the server's piece-0 receive starts with it.
+  void push_piece(int s, std::size_t k, bool with_gradient) {
     const int rank = layout_.server_rank(s);
+    const int tag = tags::push_piece(k);
     const auto server = static_cast<std::size_t>(s);
+    const data::Range p = layout_.piece(s, k);
     if (push_wire_ == WireFormat::fp32) {
-      sends_.add((with_gradient ? full_push_[server] : count_only_push_[server]).isend(world_, rank, tags::push));
-      for (std::size_t k = 1; k < layout_.pieces(s); ++k) {
-        const data::Range p = layout_.piece(s, k);
-        sends_.add(world_.isend(grad_.data() + p.begin, with_gradient ? p.size() : 0, rank, tags::push));
+      if (k == 0) {
+        sends_.add((with_gradient ? full_push_[server] : count_only_push_[server]).isend(world_, rank, tag));
+      } else {
+        sends_.add(world_.isend(grad_.data() + p.begin, with_gradient ? p.size() : 0, rank, tag));
       }
       return;
     }
-    for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
-      const data::Range p = layout_.piece(s, k);
-      if (with_gradient) wire::encode(push_wire_, grad_.data() + p.begin, p.size(), grad_wire_.data() + p.begin);
-      if (k == 0) {
-        sends_.add(with_gradient ? wire_push_[server].isend(world_, rank, tags::push)
-                                 : count_only_push_[server].isend(world_, rank, tags::push));
-      } else {
-        sends_.add(world_.isend(grad_wire_.data() + p.begin, with_gradient ? p.size() : 0, rank, tags::push));
-      }
+    if (with_gradient) wire::encode(push_wire_, grad_.data() + p.begin, p.size(), grad_wire_.data() + p.begin);
+    if (k == 0) {
+      sends_.add(with_gradient ? wire_push_[server].isend(world_, rank, tag)
+                               : count_only_push_[server].isend(world_, rank, tag));
+    } else {
+      sends_.add(world_.isend(grad_wire_.data() + p.begin, with_gradient ? p.size() : 0, rank, tag));
+    }
+  }
+  // Backpropagation says grad[begin, P) is final: every piece inside it leaves now, from the top,
+  // while the layers below are still being computed (this thread makes the MPI calls between
+  // the backend's kernels).
+  void push_ready(std::size_t begin) {
+    while (unsent_ > 0) {
+      const auto [s, k] = push_order_[unsent_ - 1];
+      if (layout_.piece(s, k).begin < begin) break;
+      push_piece(s, k, true);
+      --unsent_;
     }
   }
   void post_pulls() {
@@ -246,6 +282,13 @@ class Worker {
   std::vector<comm::FloatSegments> full_push_, count_only_push_;  // piece 0 of each server's push
   std::vector<comm::Segments> wire_push_;                         // the same in a 16-bit wire format
   std::vector<data::Range> pull_pieces_;                         // in the order post_pulls() posts them
+  struct PieceId {
+    int server;
+    std::size_t piece;
+  };
+  std::vector<PieceId> push_order_;  // every piece of a push, in parameter order
+  std::size_t unsent_ = 0;           // push_order_[0, unsent_) has not left in this step yet
+  bool overlap_ = false;
   comm::RequestSet sends_, receives_;
   metrics::PhaseClock clock_;
   WorkerTimes times_;
