@@ -37,6 +37,8 @@ struct Config {
   std::size_t train_samples = 0;  // train on the first N samples only; 0: all
   std::string wire = "fp32";       // number format of pushed gradients: fp32, bf16, fp16
   std::string pull_wire = "fp32";  // number format of pulled parameters
+  std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
+  bool overlap = true;             // push pieces during backpropagation
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
 };
@@ -68,6 +70,8 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   options.max_batch = hpcps::ps::worker_batch(cfg.batch, 0, p.workers);  // worker 0 gets the largest share
   options.wire = hpcps::ps::parse_wire_format(cfg.wire);
   options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
+  options.piece_floats = cfg.piece_floats;
+  options.overlap = cfg.overlap;
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
 
   if (root) {
@@ -120,6 +124,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
       json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
+      json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.end_object();
       hpcps::ps::write_report_fields(json, report);
       json.end_object();
