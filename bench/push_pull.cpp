@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
     std::size_t parameters = 25'000'000, clocks = 10;
     int repeats = 7, servers = 1;
     auto wire = hpcps::ps::WireFormat::fp32, pull_wire = hpcps::ps::WireFormat::fp32;
+    std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string flag = argv[i];
       if (flag == "--parameters") parameters = std::stoul(argv[i + 1]);
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
       else if (flag == "--servers") servers = std::atoi(argv[i + 1]);
       else if (flag == "--wire") wire = hpcps::ps::parse_wire_format(argv[i + 1]);
       else if (flag == "--pull-wire") pull_wire = hpcps::ps::parse_wire_format(argv[i + 1]);
+      else if (flag == "--piece-floats") piece_floats = std::stoul(argv[i + 1]);
     }
     const auto world = hpcps::comm::Communicator::world();
     if (world.size() != servers + 1) throw hpcps::Error("push_pull: run with 1 worker: mpiexec -n (servers + 1)");
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
     options.max_batch = 1;
     options.wire = wire;
     options.pull_wire = pull_wire;
+    options.piece_floats = piece_floats;
     Server ps(world, NullNetwork(parameters), hpcps::backend::Cpu(1), options);
     const float x = 0.0f;
     const std::int32_t y = 0;
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
       json.field("clocks_per_repeat", clocks).field("repeats", repeats).field("bytes_each_way", bytes);
       const double wire_bytes = static_cast<double>(parameters * (hpcps::ps::wire_bytes(wire) + hpcps::ps::wire_bytes(pull_wire)));
       json.field("wire", hpcps::ps::wire_name(wire)).field("pull_wire", hpcps::ps::wire_name(pull_wire));
+      json.field("piece_floats", piece_floats);
       json.field("ps_wire_bytes_per_clock", wire_bytes);
       json.field("pingpong_round_trip_seconds_median", pp.median).field("pingpong_round_trip_seconds_min", pp.low)
           .field("pingpong_round_trip_seconds_max", pp.high);

@@ -213,3 +213,30 @@ TEST_CASE("synchronous training is reproducible, with or without overlap, and un
   for (int w = 1; w < workers; ++w) CHECK(all[static_cast<std::size_t>(w)] == all[0]);
   CHECK(all[0] != 0);
 }
+
+TEST_CASE("a colocated rank's own slice skips MPI without changing a bit", "[ps][mpi]") {
+  // With the local shortcut the server sums the worker's gradient in place and updates the
+  // worker's parameters directly; without it the same data goes through MPI messages to self.
+  const auto world = hpcps::comm::Communicator::world();
+  const Net net({6, 8, 4});
+  const auto train = synthetic(40, 6, 4, 13);
+  hpcps::ps::TrainOptions options;
+  options.epochs = 2;
+  options.batch = 6;
+  options.evaluate = false;
+  std::uint64_t prints[2] = {0, 0};
+  for (int run = 0; run < 2; ++run) {
+    Ps::Options ps_options;
+    ps_options.servers = 0;
+    ps_options.max_batch = 6;
+    ps_options.piece_floats = 5;
+    ps_options.local_shortcut = run == 0;
+    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
+    hpcps::ps::train(ps, train, nullptr, options);
+    prints[run] = fingerprint(ps.worker().parameters());
+  }
+  CHECK(prints[0] == prints[1]);
+  std::vector<float> initial(net.parameter_count());
+  net.initialize(initial.data(), 1);
+  CHECK(prints[0] != fingerprint(initial));
+}

@@ -72,6 +72,9 @@ class ParameterServer {
     // Push each piece of the gradient as soon as backpropagation has finished it, while the
     // layers below are still computed (networks that report progress, host-memory backends).
     bool overlap = true;
+    // Colocated layout, host backend, fp32 wires: a rank's own slice and shard skip MPI (the
+    // server sums the worker's gradient where it is and updates the worker's parameters in place).
+    bool local_shortcut = true;
   };
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
@@ -104,6 +107,15 @@ class ParameterServer {
     }
     if (layout_.colocated()) {
       if constexpr (Sync::aggregates) {
+        if constexpr (Backend::host_accessible) {
+          // The rank's own slice and shard need no message: the server works in the worker's arrays.
+          if (options.local_shortcut && options.wire == ps::WireFormat::fp32 &&
+              options.pull_wire == ps::WireFormat::fp32) {
+            const auto local = worker_->attach_local_server(layout_.server_index(world_.rank()));
+            server_->attach_local_worker(static_cast<std::size_t>(world_.rank()), local.count, local.gradient,
+                                         local.parameters);
+          }
+        }
         server_->start_aggregating();
         worker_->set_local_server([server = server_.get()] { server->serve_clock(); });
       } else {

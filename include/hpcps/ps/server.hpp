@@ -24,9 +24,12 @@
 #include <limits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/request.hpp"
 #include "hpcps/comm/segments.hpp"
+#include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/ps/detail/aggregate.hpp"
 #include "hpcps/ps/layout.hpp"
@@ -56,7 +59,8 @@ class Server {
         optimizer_(optimizer),
         push_wire_(push_wire),
         pull_wire_(pull_wire),
-        params_(initial_parameters + range_.begin, initial_parameters + range_.end),
+        own_params_(initial_parameters + range_.begin, initial_parameters + range_.end),
+        params_(own_params_.data()),
         // The aggregating loop sums slices in it; a 16-bit slice is converted in it in either loop.
         block_(Sync::aggregates || push_wire != WireFormat::fp32 ? detail::aggregate_block : 0, 0.0f),
         state_(optimizer_.make_state(range_.size())) {
@@ -81,6 +85,7 @@ class Server {
     stats_.pushes_per_worker.assign(workers, 0);
     stats_.clocks_per_worker.assign(workers, 0);
     active_.assign(workers, 1);
+    sending_.assign(workers, 0);
     waiting_.assign(workers, 0);
     pieces_in_.assign(workers, 0);
     contributors_.reserve(workers);
@@ -114,8 +119,26 @@ class Server {
     }
   }
 
-  // The fp32 master copy; a 16-bit pull sends it rounded.
-  const std::vector<float>& parameters() const { return params_; }
+  // The fp32 master copy (a 16-bit pull sends it rounded).
+  std::vector<float> parameters() const { return {params_, params_ + range_.size()}; }
+
+  // A colocated rank's own worker, whose messages to this server would only be copies within the
+  // process: the server reads its sample count and gradient where the worker wrote them, and
+  // keeps the shard's parameters inside the worker's parameter vector, so the worker computes
+  // on them with no pull. Bulk-synchronous serving only (updates happen between the worker's
+  // computations) and fp32 wires; called once, before start_aggregating().
+  void attach_local_worker(std::size_t worker, const float* count, const float* gradient, float* parameters) {
+    static_assert(Sync::aggregates, "ps::Server: a local worker is served clock by clock only");
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || worker >= active_.size()) {
+      throw Error(fmt::format("ps::Server: cannot attach local worker {} (of {}) with {} pushes and {} pulls", worker,
+                              active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
+    }
+    local_ = worker;
+    local_count_ = count;
+    local_gradient_ = gradient + range_.begin;
+    std::copy(params_, params_ + range_.size(), parameters + range_.begin);
+    params_ = parameters + range_.begin;
+  }
   data::Range range() const { return range_; }
   const ServerStats& stats() const { return stats_; }
   const Sync& sync() const { return sync_; }
@@ -128,8 +151,9 @@ class Server {
     remaining_ = active_.size();
     for (std::size_t k = 0; k < pieces_.size(); ++k) {
       for (std::size_t w = 0; w < active_.size(); ++w) {
+        if (w == local_) continue;
         piece_replies_[k].add(reply(w, k));
-        piece_receives_[k].add(listen(w, k));
+        if (k < window()) piece_receives_[k].add(listen(w, k));
       }
     }
   }
@@ -138,6 +162,7 @@ class Server {
     const std::size_t workers = active_.size();
     metrics::PhaseClock clock;
     clock.start();
+    std::copy(active_.begin(), active_.end(), sending_.begin());  // every one of them sends every piece
     // Piece 0 carries every worker's sample count or stop marker: it decides the clock.
     piece_receives_[0].wait_all();
     clock.charge(stats_.wait);
@@ -171,6 +196,7 @@ class Server {
       // gradient): all of piece k must be in before its receives are posted again.
       piece_receives_[k].wait_all();
       piece_receives_[k].clear();
+      post_ahead(k + window());
       // The previous clock's replies of this piece read params_: out before it changes.
       piece_replies_[k].wait_all();
       piece_replies_[k].clear();
@@ -181,9 +207,7 @@ class Server {
       }
       if (remaining_ > 0) {
         for (std::size_t w = 0; w < workers; ++w) {
-          if (!active_[w]) continue;
-          piece_replies_[k].add(reply(w, k));
-          piece_receives_[k].add(listen(w, k));
+          if (active_[w] && w != local_) piece_replies_[k].add(reply(w, k));
         }
       }
       clock.charge(stats_.update);
@@ -193,6 +217,27 @@ class Server {
   }
 
  private:
+  // Receives posted ahead of the piece being summed. Not all of them: MPI moves a large message
+  // once its receive is posted, and on one node the receiver's core makes the copy, inside
+  // whatever MPI call it is in; with every piece's receive posted, the wait for piece 0 would
+  // copy in the whole push before the first update, and push, update and pull would run one
+  // after the other. Two pieces ahead keep the link busy and the pipeline moving.
+  static constexpr std::size_t receive_window = 2;
+  std::size_t window() const { return std::min(receive_window, pieces_.size()); }
+
+  // Posts the receives of piece j counted from this clock's first: this clock's piece j for every
+  // worker sending in it, or, past the last piece, the next clock's piece j - K for every worker
+  // still active. Per tag, this clock's receive is always posted before the next clock's.
+  void post_ahead(std::size_t j) {
+    const std::size_t pieces = pieces_.size();
+    const bool next_clock = j >= pieces;
+    if (next_clock && remaining_ == 0) return;
+    const std::size_t k = next_clock ? j - pieces : j;
+    for (std::size_t w = 0; w < active_.size(); ++w) {
+      if (w != local_ && (next_clock ? active_[w] : sending_[w])) piece_receives_[k].add(listen(w, k));
+    }
+  }
+
   void run_individual() {
     const std::size_t workers = active_.size();
     const std::size_t pieces = pieces_.size();
@@ -224,8 +269,8 @@ class Server {
           // A lone slice over the whole shard: an fp32 one goes to the rule where it arrived.
           contributors_.clear();
           contributors_.push_back(w);
-          aggregate({0, params_.size()}, 1.0f / count);
-          encode_parameters(0, params_.size());
+          aggregate({0, range_.size()}, 1.0f / count);
+          encode_parameters(0, range_.size());
           ++stats_.updates;
         }
         waiting_[w] = 1;
@@ -267,6 +312,7 @@ class Server {
   float* inbox(std::size_t worker) { return inbox_.data() + worker * (range_.size() + 1); }
   std::uint16_t* inbox_wire(std::size_t worker) { return inbox_wire_.data() + worker * range_.size(); }
   float push_count(std::size_t worker) {
+    if (worker == local_) return *local_count_;
     return push_wire_ == WireFormat::fp32 ? inbox(worker)[0] : counts_[worker];
   }
 
@@ -275,20 +321,22 @@ class Server {
   void aggregate(data::Range p, float scale) {
     if (push_wire_ == WireFormat::fp32) {
       piece_slices_.clear();
-      for (std::size_t w : contributors_) piece_slices_.push_back(inbox(w) + 1 + p.begin);
-      detail::aggregate_and_step(optimizer_, state_, p.begin, params_.data() + p.begin, piece_slices_.data(),
+      for (std::size_t w : contributors_) {
+        piece_slices_.push_back((w == local_ ? local_gradient_ : inbox(w) + 1) + p.begin);
+      }
+      detail::aggregate_and_step(optimizer_, state_, p.begin, params_ + p.begin, piece_slices_.data(),
                                  piece_slices_.size(), scale, p.size(), stats_.updates, block_.data());
     } else {
       piece_wire_slices_.clear();
       for (std::size_t w : contributors_) piece_wire_slices_.push_back(inbox_wire(w) + p.begin);
-      detail::aggregate_and_step(push_wire_, optimizer_, state_, p.begin, params_.data() + p.begin,
+      detail::aggregate_and_step(push_wire_, optimizer_, state_, p.begin, params_ + p.begin,
                                  piece_wire_slices_.data(), piece_wire_slices_.size(), scale, p.size(), stats_.updates,
                                  block_.data());
     }
   }
   // The 16-bit copy a 16-bit pull sends, of the shard's [begin, end) (no-op for fp32 pulls).
   void encode_parameters(std::size_t begin, std::size_t end) {
-    if (pull_wire_ != WireFormat::fp32) wire::encode(pull_wire_, params_.data() + begin, end - begin, params_wire_.data() + begin);
+    if (pull_wire_ != WireFormat::fp32) wire::encode(pull_wire_, params_ + begin, end - begin, params_wire_.data() + begin);
   }
 
   void add_reply(std::size_t worker) {
@@ -297,7 +345,7 @@ class Server {
   comm::Request reply(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
-    if (pull_wire_ == WireFormat::fp32) return world_.isend(params_.data() + p.begin, p.size(), rank, tags::params);
+    if (pull_wire_ == WireFormat::fp32) return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
     return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
   }
   // Piece 0's receive takes the leading count too.
@@ -318,13 +366,18 @@ class Server {
   Sync sync_;
   Optimizer optimizer_;
   WireFormat push_wire_, pull_wire_;
-  std::vector<float> params_, block_, inbox_;
+  std::vector<float> own_params_;
+  float* params_;  // the shard's parameters: own_params_, or inside a local worker's vector
+  std::vector<float> block_, inbox_;
   typename Optimizer::State state_;
   std::vector<std::uint16_t> inbox_wire_, params_wire_;  // 16-bit pushes received, 16-bit copy for pulls
   std::vector<float> counts_;                            // 16-bit pushes: each worker's sample count
   std::vector<comm::Segments> first_piece_;              // 16-bit pushes: [count, piece 0] receive, by worker
   std::vector<data::Range> pieces_;  // relative to the shard
-  std::vector<char> active_, waiting_;
+  std::size_t local_ = std::numeric_limits<std::size_t>::max();  // the attached local worker, if any
+  const float* local_count_ = nullptr;
+  const float* local_gradient_ = nullptr;  // at the shard's first element
+  std::vector<char> active_, sending_, waiting_;  // sending_: active when the clock began
   std::vector<std::size_t> pieces_in_;        // individual loop: pieces of the current push received, by worker
   std::vector<std::size_t> contributors_;     // workers whose slices this update sums, in worker-rank order
   std::vector<const float*> piece_slices_;    // their slices, advanced to the piece being summed

@@ -8,6 +8,7 @@
 // In a 16-bit wire format (ps/wire_format.hpp) a push converts each piece of the fp32 gradient into
 // a send buffer of its own just before the piece leaves, so converting piece k overlaps the
 // transfer of piece k-1; a 16-bit pull is converted back piece by piece as the pieces arrive.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -93,7 +94,7 @@ class Worker {
       }
       count_only_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}});
       for (std::size_t k = 0; k < layout.pieces(s); ++k) {
-        pull_pieces_.push_back(layout.piece(s, k));
+        pull_order_.push_back({s, k});
         push_order_.push_back({s, k});
       }
       pieces += layout.pieces(s);
@@ -197,6 +198,23 @@ class Worker {
   // its pull (every rank does the same, so every server gets all pushes of the clock).
   void set_local_server(std::function<void()> serve_clock) { serve_local_ = std::move(serve_clock); }
 
+  // Where a local server (ps::Server::attach_local_worker) reads this worker's push and keeps its
+  // shard of the parameters.
+  struct LocalEndpoint {
+    const float* count;
+    const float* gradient;
+    float* parameters;
+  };
+  // Server s lives in this process and takes this worker's push in place: its pieces are neither
+  // sent nor pulled any more (host memory only: the server reads and writes these arrays).
+  LocalEndpoint attach_local_server(int s) {
+    static_assert(Backend::host_accessible, "ps::Worker: a local server reads the gradient in host memory");
+    const auto elsewhere = [s](const PieceId& id) { return id.server != s; };
+    push_order_.erase(std::stable_partition(push_order_.begin(), push_order_.end(), elsewhere), push_order_.end());
+    pull_order_.erase(std::stable_partition(pull_order_.begin(), pull_order_.end(), elsewhere), pull_order_.end());
+    return {&count_slot_, grad_.data(), params_.data()};
+  }
+
  private:
   float* compute_grad() {
     if constexpr (Backend::host_accessible) return grad_.data();
@@ -239,15 +257,13 @@ class Worker {
     }
   }
   void post_pulls() {
-    for (int s = 0; s < layout_.servers(); ++s) {
-      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
-        const data::Range p = layout_.piece(s, k);
-        const int rank = layout_.server_rank(s);
-        if (pull_wire_ == WireFormat::fp32) {
-          receives_.add(world_.irecv(params_.data() + p.begin, p.size(), rank, tags::params));
-        } else {
-          receives_.add(world_.irecv(params_wire_.data() + p.begin, p.size(), rank, tags::params));
-        }
+    for (const auto& [s, k] : pull_order_) {
+      const data::Range p = layout_.piece(s, k);
+      const int rank = layout_.server_rank(s);
+      if (pull_wire_ == WireFormat::fp32) {
+        receives_.add(world_.irecv(params_.data() + p.begin, p.size(), rank, tags::params));
+      } else {
+        receives_.add(world_.irecv(params_wire_.data() + p.begin, p.size(), rank, tags::params));
       }
     }
   }
@@ -258,8 +274,9 @@ class Worker {
     if (Backend::host_accessible && !convert) {
       receives_.wait_all();
     } else {
-      for (std::size_t done = 0; done < pull_pieces_.size(); ++done) {
-        const data::Range p = pull_pieces_[static_cast<std::size_t>(receives_.wait_any())];
+      for (std::size_t done = 0; done < pull_order_.size(); ++done) {
+        const auto [s, k] = pull_order_[static_cast<std::size_t>(receives_.wait_any())];
+        const data::Range p = layout_.piece(s, k);
         if (convert) wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_.data() + p.begin);
         if constexpr (!Backend::host_accessible) {
           backend_.upload(params_.data() + p.begin, p.size(), Backend::data(device_params_) + p.begin);
@@ -281,12 +298,12 @@ class Worker {
   float count_slot_ = 0.0f;
   std::vector<comm::FloatSegments> full_push_, count_only_push_;  // piece 0 of each server's push
   std::vector<comm::Segments> wire_push_;                         // the same in a 16-bit wire format
-  std::vector<data::Range> pull_pieces_;                         // in the order post_pulls() posts them
   struct PieceId {
     int server;
     std::size_t piece;
   };
   std::vector<PieceId> push_order_;  // every piece of a push, in parameter order
+  std::vector<PieceId> pull_order_;  // every piece of a pull, in the order post_pulls() posts them
   std::size_t unsent_ = 0;           // push_order_[0, unsent_) has not left in this step yet
   bool overlap_ = false;
   comm::RequestSet sends_, receives_;
