@@ -12,19 +12,26 @@
 
 namespace {
 
-using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu, hpcps::sync::Synchronous,
+using hpcps::ps::WireFormat;
+
+template <class Sync>
+using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu, Sync,
                                       hpcps::optim::MomentumSgd>;
 
 // Allocations made on this rank while the workers run `steps` clocks (after a first warm-up
 // clock) and the servers serve them; on a worker, only the steady-state steps are counted.
-long allocations_during(std::size_t steps, int servers) {
+template <class Sync = hpcps::sync::Synchronous>
+long allocations_during(std::size_t steps, int servers, WireFormat push = WireFormat::fp32,
+                        WireFormat pull = WireFormat::fp32) {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
-  Server::Options options;
+  typename Server<Sync>::Options options;
   options.servers = servers;
   options.max_batch = 8;
   options.piece_floats = 100;  // 536 parameters: several pieces per shard, several request sets
-  Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
+  options.wire = push;
+  options.pull_wire = pull;
+  Server<Sync> ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
   std::vector<float> x(8 * 20, 0.5f);
   std::vector<std::int32_t> y(8, 1);
   long counted = 0;
@@ -73,4 +80,39 @@ TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
   const long before = hpcps_test::allocations.load();
   std::vector<int> v(10);
   CHECK(hpcps_test::allocations.load() > before);
+}
+
+TEST_CASE("no allocation in the steady-state step with 16-bit pushes and pulls", "[wire][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  const bool server = world.rank() == world.size() - 1;
+  for (const WireFormat pull : {WireFormat::fp32, WireFormat::bf16}) {
+    INFO("bf16 pushes, " << hpcps::ps::wire_name(pull) << " pulls");
+    using Sync = hpcps::sync::Synchronous;
+    const long short_run = allocations_during<Sync>(5, 1, WireFormat::bf16, pull);
+    const long long_run = allocations_during<Sync>(25, 1, WireFormat::bf16, pull);
+    INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
+    if (server) {
+      CHECK(long_run == short_run);
+    } else {
+      CHECK(short_run == 0);
+      CHECK(long_run == 0);
+    }
+    const long colocated = allocations_during<Sync>(25, 0, WireFormat::bf16, pull);
+    INFO("colocated: " << colocated << " allocations for 25 clocks");
+    CHECK(colocated == 0);
+    // The individual loop (asynchronous): its server's count must not grow with the clocks either.
+    using Async = hpcps::sync::Asynchronous;
+    const long async_short = allocations_during<Async>(5, 1, WireFormat::bf16, pull);
+    const long async_long = allocations_during<Async>(25, 1, WireFormat::bf16, pull);
+    INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
+    if (server) {
+      CHECK(async_long == async_short);
+    } else {
+      CHECK(async_long == 0);
+    }
+  }
 }

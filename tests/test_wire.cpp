@@ -13,7 +13,7 @@
 
 #include "hpcps/hpcps.hpp"
 
-#include "counting_new.hpp"
+#include "ps_reference.hpp"
 #include "synthetic_data.hpp"
 
 namespace {
@@ -165,24 +165,9 @@ TEST_CASE("the array conversions equal the scalar ones", "[wire]") {
 
 namespace {
 
+using hpcps_test::max_relative_difference;
+using hpcps_test::sequential_sgd;
 using hpcps_test::synthetic;
-
-// Plain minibatch SGD in one process: the reference a synchronous PS must reproduce.
-template <class Network>
-std::vector<float> sequential_sgd(const Network& net, const hpcps::data::Dataset& d, std::size_t global_batch,
-                                  std::size_t steps, float lr, std::uint64_t seed) {
-  const hpcps::backend::Cpu backend(1);
-  std::vector<float> params(net.parameter_count()), grad(net.parameter_count());
-  net.initialize(params.data(), seed);
-  auto ws = net.make_workspace(backend, global_batch);
-  for (std::size_t t = 0; t < steps; ++t) {
-    const std::size_t first = t * global_batch;
-    net.gradient(backend, ws, params.data(), d.images.data() + first * d.features, d.labels.data() + first,
-                 global_batch, grad.data());
-    for (std::size_t i = 0; i < params.size(); ++i) params[i] -= lr * grad[i] / static_cast<float>(global_batch);
-  }
-  return params;
-}
 
 // The same with the wire simulated: each worker's gradient sum rounded through `push` and the
 // rounded sums added in worker order, gradients computed at the parameters rounded through `pull`
@@ -233,14 +218,6 @@ double normwise_relative_difference(const std::vector<float>& a, const std::vect
     norm += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(error / norm);
-}
-
-double max_relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::max(1e-3, std::abs(static_cast<double>(b[i]))));
-  }
-  return worst;
 }
 
 struct Trained {
@@ -379,83 +356,5 @@ TEST_CASE("the asynchronous loop converts 16-bit pushes and pulls too", "[wire][
                                                                         WireFormat::bf16)) < 1e-4);
     CHECK(normwise_relative_difference(bf16.worker, reference) < 1e-2);
     CHECK(bf16.worker != fp32.worker);
-  }
-}
-
-namespace {
-
-template <class Sync>
-using AllocServer = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu, Sync,
-                                           hpcps::optim::MomentumSgd>;
-
-// Allocations made on this rank while the workers run `steps` clocks (after a first warm-up clock)
-// and the servers serve them, with 16-bit pushes and pulls; on a worker, only the steady state.
-template <class Sync>
-long allocations_during(std::size_t steps, int servers, WireFormat push, WireFormat pull) {
-  const auto world = hpcps::comm::Communicator::world();
-  const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
-  typename AllocServer<Sync>::Options options;
-  options.servers = servers;
-  options.max_batch = 8;
-  options.piece_floats = 100;  // 536 parameters: several pieces per shard
-  options.wire = push;
-  options.pull_wire = pull;
-  AllocServer<Sync> ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
-  std::vector<float> x(8 * 20, 0.5f);
-  std::vector<std::int32_t> y(8, 1);
-  long counted = 0;
-  if (ps.is_worker()) {
-    auto& worker = ps.worker();
-    worker.start();
-    worker.step(x.data(), y.data(), 8);
-    const long before = hpcps_test::allocations.load();
-    for (std::size_t t = 0; t < steps; ++t) {
-      worker.step(x.data(), y.data(), t % 3 == 2 ? 0 : 8 - t % 3);  // full, partial and idle clocks
-    }
-    counted = hpcps_test::allocations.load() - before;
-    worker.finish();
-  } else {
-    const long before = hpcps_test::allocations.load();
-    ps.server().run();
-    counted = hpcps_test::allocations.load() - before;
-  }
-  world.barrier();
-  return counted;
-}
-
-}  // namespace
-
-TEST_CASE("no allocation in the steady-state step with 16-bit pushes and pulls", "[wire][mpi]") {
-  const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs at least 2 ranks (a worker and a server)");
-    return;
-  }
-  const bool server = world.rank() == world.size() - 1;
-  for (const WireFormat pull : {WireFormat::fp32, WireFormat::bf16}) {
-    INFO("bf16 pushes, " << hpcps::ps::wire_name(pull) << " pulls");
-    using Sync = hpcps::sync::Synchronous;
-    const long short_run = allocations_during<Sync>(5, 1, WireFormat::bf16, pull);
-    const long long_run = allocations_during<Sync>(25, 1, WireFormat::bf16, pull);
-    INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
-    if (server) {
-      CHECK(long_run == short_run);
-    } else {
-      CHECK(short_run == 0);
-      CHECK(long_run == 0);
-    }
-    const long colocated = allocations_during<Sync>(25, 0, WireFormat::bf16, pull);
-    INFO("colocated: " << colocated << " allocations for 25 clocks");
-    CHECK(colocated == 0);
-    // The individual loop (asynchronous): its server's count must not grow with the clocks either.
-    using Async = hpcps::sync::Asynchronous;
-    const long async_short = allocations_during<Async>(5, 1, WireFormat::bf16, pull);
-    const long async_long = allocations_during<Async>(25, 1, WireFormat::bf16, pull);
-    INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
-    if (server) {
-      CHECK(async_long == async_short);
-    } else {
-      CHECK(async_long == 0);
-    }
   }
 }
