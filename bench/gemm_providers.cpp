@@ -20,6 +20,7 @@
 #include "hpcps/data/random.hpp"
 #include "hpcps/metrics/json.hpp"
 #include "hpcps/nn/mlp.hpp"
+#include "step_gemms.hpp"
 #include "timing.hpp"
 
 namespace {
@@ -28,29 +29,8 @@ using hpcps::backend::Transpose;
 using hpcps_bench::parse_list;
 using hpcps_bench::time_per_call;
 
-// One GEMM of the step: C(m x n) = op(A) op(B), row-major, as Mlp::gradient calls it.
-struct StepGemm {
-  std::string name;
-  Transpose ta, tb;
-  std::size_t m, n, k;
-  std::size_t lda() const { return ta == Transpose::no ? k : m; }
-  std::size_t ldb() const { return tb == Transpose::no ? n : k; }
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
-};
-
-// Forward Y = X W^T per layer; backward dW = D^T X per layer and dX = D W for all but the first
-// (nothing consumes the input's gradient).
-std::vector<StepGemm> step_gemms(const std::vector<std::size_t>& sizes, std::size_t batch) {
-  std::vector<StepGemm> out;
-  for (std::size_t l = 0; l + 1 < sizes.size(); ++l) {
-    out.push_back({fmt::format("forward L{}", l), Transpose::no, Transpose::yes, batch, sizes[l + 1], sizes[l]});
-  }
-  for (std::size_t l = sizes.size() - 1; l-- > 0;) {
-    out.push_back({fmt::format("weight grad L{}", l), Transpose::yes, Transpose::no, sizes[l + 1], sizes[l], batch});
-    if (l > 0) out.push_back({fmt::format("input grad L{}", l), Transpose::no, Transpose::no, batch, sizes[l], sizes[l + 1]});
-  }
-  return out;
-}
+using hpcps_bench::step_gemms;
+using hpcps_bench::StepGemm;
 
 template <class Backend>
 void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& sizes, std::size_t batch, int threads,
@@ -94,12 +74,12 @@ void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& s
   for (const StepGemm& g : gemms) {
     const auto t = time_per_call([&] { run(g); }, repeats);
     json.begin_object();
-    json.field("name", g.name).field("transpose_a", g.ta == Transpose::yes).field("transpose_b", g.tb == Transpose::yes);
+    json.field("name", g.name()).field("transpose_a", g.ta == Transpose::yes).field("transpose_b", g.tb == Transpose::yes);
     json.field("m", g.m).field("n", g.n).field("k", g.k);
     json.field("seconds_median", t.median).field("seconds_min", t.low).field("seconds_max", t.high);
     json.field("gflops_median", g.flops() / t.median / 1e9);
     json.end_object();
-    std::fprintf(stderr, "    %-14s %c%c m %5zu n %5zu k %5zu: %8.1f us %6.1f GFLOP/s\n", g.name.c_str(),
+    std::fprintf(stderr, "    %-14s %c%c m %5zu n %5zu k %5zu: %8.1f us %6.1f GFLOP/s\n", g.name().c_str(),
                  g.ta == Transpose::yes ? 'T' : 'N', g.tb == Transpose::yes ? 'T' : 'N', g.m, g.n, g.k, t.median * 1e6,
                  g.flops() / t.median / 1e9);
   }

@@ -28,6 +28,7 @@
 
 #include <hpcps/hpcps.hpp>
 
+#include "step_gemms.hpp"
 #include "timing.hpp"
 
 namespace {
@@ -171,30 +172,7 @@ void on_rank0_alone(const hpcps::comm::Communicator& world, F&& f) {
   world.barrier();
 }
 
-struct Shape {
-  std::size_t layer;
-  const char* kind;  // forward, weight_gradient, input_gradient
-  hpcps::backend::Transpose ta, tb;
-  std::size_t m, n, k;
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
-};
-
-// The GEMMs nn::Mlp::gradient makes for one batch, in its order (nn/mlp.hpp): forward per layer
-// Y[b x out] = X[b x in] W^T; backward per layer dW[out x in] = D^T A, and dX[b x in] = D W except
-// for the input layer.
-std::vector<Shape> step_shapes(const std::vector<std::size_t>& sizes, std::size_t batch) {
-  using T = hpcps::backend::Transpose;
-  std::vector<Shape> shapes;
-  const std::size_t layers = sizes.size() - 1;
-  for (std::size_t l = 0; l < layers; ++l) {
-    shapes.push_back({l, "forward", T::no, T::yes, batch, sizes[l + 1], sizes[l]});
-  }
-  for (std::size_t l = layers; l-- > 0;) {
-    shapes.push_back({l, "weight_gradient", T::yes, T::no, sizes[l + 1], sizes[l], batch});
-    if (l > 0) shapes.push_back({l, "input_gradient", T::no, T::no, batch, sizes[l], sizes[l + 1]});
-  }
-  return shapes;
-}
+using hpcps_bench::StepGemm;
 
 void measure_compute(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& sizes, std::size_t batch,
                      int threads, int repeats) {
@@ -214,17 +192,16 @@ void measure_compute(hpcps::metrics::JsonWriter& json, const std::vector<std::si
   const std::size_t widest = *std::max_element(sizes.begin(), sizes.end());
   const std::size_t big = std::max(batch, widest) * widest;
   std::vector<float> a(batch * widest, 0.5f), b(big, 0.25f), c(big, 0.0f);
-  const auto shapes = step_shapes(sizes, batch);
-  auto run = [&](const Shape& s) {
-    const std::size_t lda = s.ta == Transpose::no ? s.k : s.m, ldb = s.tb == Transpose::no ? s.n : s.k;
-    backend.gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+  const auto shapes = hpcps_bench::step_gemms(sizes, batch);
+  auto run = [&](const StepGemm& s) {
+    backend.gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), s.lda(), b.data(), s.ldb(), 0.0f, c.data(), s.n);
   };
 
   json.begin_object().field("batch", batch).field("threads", threads);
   json.key("shapes").begin_array();
   double flops = 0.0, sum_of_medians = 0.0;
   std::fprintf(stderr, "  %-16s %5s %5s %5s %5s  %9s %8s\n", "gemm", "layer", "m", "n", "k", "ms", "GFLOP/s");
-  for (const Shape& s : shapes) {
+  for (const StepGemm& s : shapes) {
     const Summary t = hpcps_bench::time_per_call([&] { run(s); }, repeats);
     flops += s.flops();
     sum_of_medians += t.median;
@@ -237,7 +214,7 @@ void measure_compute(hpcps::metrics::JsonWriter& json, const std::vector<std::si
                  s.flops() / t.median / 1e9);
   }
   json.end_array();
-  const Summary step = hpcps_bench::time_per_call([&] { for (const Shape& s : shapes) run(s); }, repeats);
+  const Summary step = hpcps_bench::time_per_call([&] { for (const StepGemm& s : shapes) run(s); }, repeats);
   const Summary gradient = hpcps_bench::time_per_call(
       [&] { net.gradient(backend, ws, params.data(), x.data(), y.data(), batch, grad.data()); }, repeats);
   const double elementwise = std::max(0.0, gradient.median - step.median);
