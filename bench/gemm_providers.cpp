@@ -36,14 +36,7 @@ template <class Backend>
 void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& sizes, std::size_t batch, int threads,
              int repeats) {
   const Backend backend(threads);
-  const hpcps::nn::Mlp<hpcps::nn::Relu> net(sizes);
-  hpcps::data::Rng rng(1);
-  std::vector<float> params(net.parameter_count()), grad(net.parameter_count()), x(batch * sizes.front());
-  std::vector<std::int32_t> y(batch);
-  net.initialize(params.data(), 1);
-  for (float& v : x) v = hpcps::data::uniform_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, sizes.back()));
-  auto ws = net.make_workspace(backend, batch);
+  hpcps_bench::StepProblem problem(backend, sizes, batch);
 
   // Operands big enough for every GEMM of the step, filled with small numbers (no denormals).
   const std::vector<StepGemm> gemms = step_gemms(sizes, batch);
@@ -57,7 +50,7 @@ void measure(hpcps::metrics::JsonWriter& json, const std::vector<std::size_t>& s
   for (const StepGemm& g : gemms) step_flops += g.flops();
   const auto all = time_per_call([&] { for (const StepGemm& g : gemms) run(g); }, repeats);
   const auto step = time_per_call(
-      [&] { net.gradient(backend, ws, params.data(), x.data(), y.data(), batch, grad.data()); }, repeats);
+      [&] { problem.gradient(); }, repeats);
 
   json.begin_object();
   json.field("provider", Backend::name).field("batch", batch).field("threads", threads);

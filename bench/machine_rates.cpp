@@ -178,14 +178,7 @@ void measure_compute(hpcps::metrics::JsonWriter& json, const std::vector<std::si
                      int threads, int repeats) {
   using hpcps::backend::Transpose;
   const hpcps::backend::Cpu backend(threads);
-  const hpcps::nn::Mlp<hpcps::nn::Relu> net(sizes);
-  hpcps::data::Rng rng(1);
-  std::vector<float> params(net.parameter_count()), grad(net.parameter_count()), x(batch * sizes.front());
-  std::vector<std::int32_t> y(batch);
-  net.initialize(params.data(), 1);
-  for (float& v : x) v = hpcps::data::uniform_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, sizes.back()));
-  auto ws = net.make_workspace(backend, batch);
+  hpcps_bench::StepProblem problem(backend, sizes, batch);
 
   // Operands sized for the largest of each role: A is at most [batch x widest] (X, D), B at most
   // [widest x max(batch, widest)] (W or the activations), C the same as B (dW or Y).
@@ -216,7 +209,7 @@ void measure_compute(hpcps::metrics::JsonWriter& json, const std::vector<std::si
   json.end_array();
   const Summary step = hpcps_bench::time_per_call([&] { for (const StepGemm& s : shapes) run(s); }, repeats);
   const Summary gradient = hpcps_bench::time_per_call(
-      [&] { net.gradient(backend, ws, params.data(), x.data(), y.data(), batch, grad.data()); }, repeats);
+      [&] { problem.gradient(); }, repeats);
   const double elementwise = std::max(0.0, gradient.median - step.median);
   json.field("gemm_flops", flops);
   summary_fields(json, "gemm_seconds", step);

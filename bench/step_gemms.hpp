@@ -4,12 +4,15 @@
 // layer dW[out x in] = D^T A, and dX[b x in] = D W except for the input layer (nothing consumes
 // the input's gradient). Shared by the benchmarks that time a step's GEMMs.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "hpcps/backend/gemm.hpp"
+#include "hpcps/data/random.hpp"
+#include "hpcps/nn/mlp.hpp"
 
 namespace hpcps_bench {
 
@@ -36,5 +39,35 @@ inline std::vector<StepGemm> step_gemms(const std::vector<std::size_t>& sizes, s
   }
   return out;
 }
+
+// One MLP training step's inputs on a backend: random parameters, batch and labels, and a
+// workspace, so a benchmark can time the whole gradient beside its GEMMs.
+template <class Backend>
+class StepProblem {
+ public:
+  StepProblem(const Backend& backend, const std::vector<std::size_t>& sizes, std::size_t batch)
+      : backend_(backend),
+        net_(sizes),
+        batch_(batch),
+        params_(net_.parameter_count()),
+        grad_(net_.parameter_count()),
+        x_(batch * sizes.front()),
+        y_(batch),
+        ws_(net_.make_workspace(backend, batch)) {
+    hpcps::data::Rng rng(1);
+    net_.initialize(params_.data(), 1);
+    for (float& v : x_) v = hpcps::data::uniform_float(rng);
+    for (auto& l : y_) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, sizes.back()));
+  }
+  void gradient() { net_.gradient(backend_, ws_, params_.data(), x_.data(), y_.data(), batch_, grad_.data()); }
+
+ private:
+  const Backend& backend_;
+  hpcps::nn::Mlp<hpcps::nn::Relu> net_;
+  std::size_t batch_;
+  std::vector<float> params_, grad_, x_;
+  std::vector<std::int32_t> y_;
+  typename hpcps::nn::Mlp<hpcps::nn::Relu>::template Workspace<Backend> ws_;
+};
 
 }  // namespace hpcps_bench
