@@ -58,8 +58,10 @@ class ParameterServer {
     int servers = 1;             // 0: colocated, every rank a worker and the server of its shard
     std::size_t max_batch = 64;  // largest per-worker batch a step will be given
     std::uint64_t seed = 1;      // parameter initialisation
-    // Largest message of a push or pull: a shard travels as pieces of this many floats, so the
-    // server's update and both directions of transfer overlap (ps/layout.hpp).
+    // Largest message of a push or pull: a shard travels as pieces of this many floats, so a push
+    // can leave during backpropagation and the server can update piece k while later pieces
+    // arrive (ps/layout.hpp). On one node, where the receiver makes the copies, whole shards move
+    // faster (docs/performance.md, section 3): set it to the shard size for pure communication.
     std::size_t piece_floats = ps::Layout::default_piece_floats;
     // Number format of the gradients pushed (ps/wire_format.hpp): bf16 or fp16 halve the push
     // bytes; servers still sum in fp32 and the sample counts stay exact.
