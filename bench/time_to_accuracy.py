@@ -40,6 +40,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 TRAIN_SAMPLES = 60000  # Fashion-MNIST training set
 
 CONFIGS = ["hpcps 2 ranks", "hpcps 1 rank", "PyTorch DDP 2 proc", "PyTorch 1 thread", "PyTorch 2 threads"]
@@ -48,6 +49,12 @@ HPCPS_2 = CONFIGS[0]
 
 def thread_env(openblas, omp, **extra):
     return dict(os.environ, OPENBLAS_NUM_THREADS=str(openblas), OMP_NUM_THREADS=str(omp), **extra)
+
+
+def recorded(cmd):
+    """The command as the JSON keeps it: paths inside the repository relative to its root, so the
+    results do not name this machine's folders."""
+    return [os.path.relpath(c, REPO) if os.path.isabs(c) and c.startswith(REPO + os.sep) else c for c in cmd]
 
 
 def execute(cmd, env, timeout):
@@ -97,7 +104,7 @@ def run_hpcps(args, ranks, seed, tmp):
     evaluations = report["evaluations"]
     if evaluations and "train_seconds" not in evaluations[0]:
         raise RuntimeError(f"{report_path}: evaluations lack train_seconds; rebuild {args.build} with this tree")
-    return outcome(evaluations, args.target, wall, {"command": cmd, "seed": seed, "threads_per_process": 1,
+    return outcome(evaluations, args.target, wall, {"command": recorded(cmd), "seed": seed, "threads_per_process": 1,
                                                      "report_samples_per_second": report["samples_per_second"]})
 
 
@@ -116,7 +123,7 @@ def run_ddp(args, seed):
     cmd = [sys.executable, os.path.join(HERE, "peers", "pytorch_ddp.py"), "--processes", "2", "--threads", "1"]
     cmd += peer_common(args, seed)
     stdout, wall = execute(cmd, thread_env(1, 1, GLOO_SOCKET_IFNAME="lo"), args.timeout)
-    return outcome(peer_evaluations(stdout), args.target, wall, {"command": cmd, "seed": seed,
+    return outcome(peer_evaluations(stdout), args.target, wall, {"command": recorded(cmd), "seed": seed,
                                                                  "threads_per_process": 1})
 
 
@@ -125,7 +132,7 @@ def run_single(args, seed, torch_threads, openblas_threads):
     cmd += peer_common(args, seed)
     stdout, wall = execute(cmd, thread_env(openblas_threads, torch_threads), args.timeout)
     return outcome(peer_evaluations(stdout), args.target, wall,
-                   {"command": cmd, "seed": seed, "torch_threads": torch_threads,
+                   {"command": recorded(cmd), "seed": seed, "torch_threads": torch_threads,
                     "openblas_threads": openblas_threads})
 
 

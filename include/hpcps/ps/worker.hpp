@@ -87,12 +87,12 @@ class Worker {
     for (int s = 0; s < layout.servers(); ++s) {
       const data::Range first = layout.piece(s, 0);
       if (push_wire == WireFormat::fp32) {
-        full_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}, {grad_.data() + first.begin, first.size()}});
+        first_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_.data() + first.begin, first.size()}});
       } else {
         // The count stays an fp32 beside the 16-bit slice: exact, and the server's receive is typed.
-        wire_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_wire_.data() + first.begin, first.size()}});
+        first_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_wire_.data() + first.begin, first.size()}});
       }
-      count_only_push_.emplace_back(comm::FloatSegments{{&count_slot_, 1}});
+      count_only_push_.emplace_back(comm::Segments{{&count_slot_, 1}});
       for (std::size_t k = 0; k < layout.pieces(s); ++k) {
         pull_order_.push_back({s, k});
         push_order_.push_back({s, k});
@@ -227,22 +227,17 @@ class Worker {
   void push_piece(int s, std::size_t k, bool with_gradient) {
     const int rank = layout_.server_rank(s);
     const int tag = tags::push_piece(k);
-    const auto server = static_cast<std::size_t>(s);
     const data::Range p = layout_.piece(s, k);
-    if (push_wire_ == WireFormat::fp32) {
-      if (k == 0) {
-        sends_.add((with_gradient ? full_push_[server] : count_only_push_[server]).isend(world_, rank, tag));
-      } else {
-        sends_.add(world_.isend(grad_.data() + p.begin, with_gradient ? p.size() : 0, rank, tag));
-      }
-      return;
-    }
-    if (with_gradient) wire::encode(push_wire_, grad_.data() + p.begin, p.size(), grad_wire_.data() + p.begin);
+    const bool fp32 = push_wire_ == WireFormat::fp32;
+    if (with_gradient && !fp32) wire::encode(push_wire_, grad_.data() + p.begin, p.size(), grad_wire_.data() + p.begin);
+    const std::size_t n = with_gradient ? p.size() : 0;
     if (k == 0) {
-      sends_.add(with_gradient ? wire_push_[server].isend(world_, rank, tag)
-                               : count_only_push_[server].isend(world_, rank, tag));
+      const auto server = static_cast<std::size_t>(s);
+      sends_.add((with_gradient ? first_push_[server] : count_only_push_[server]).isend(world_, rank, tag));
+    } else if (fp32) {
+      sends_.add(world_.isend(grad_.data() + p.begin, n, rank, tag));
     } else {
-      sends_.add(world_.isend(grad_wire_.data() + p.begin, with_gradient ? p.size() : 0, rank, tag));
+      sends_.add(world_.isend(grad_wire_.data() + p.begin, n, rank, tag));
     }
   }
   // Backpropagation says grad[begin, P) is final: every piece inside it leaves now, from the top,
@@ -296,8 +291,8 @@ class Worker {
   WireFormat push_wire_, pull_wire_;
   std::vector<std::uint16_t> grad_wire_, params_wire_;  // the 16-bit wire's send and receive buffers
   float count_slot_ = 0.0f;
-  std::vector<comm::FloatSegments> full_push_, count_only_push_;  // piece 0 of each server's push
-  std::vector<comm::Segments> wire_push_;                         // the same in a 16-bit wire format
+  // Piece 0 of each server's push: [count, piece 0 in the wire format], or the count alone.
+  std::vector<comm::Segments> first_push_, count_only_push_;
   struct PieceId {
     int server;
     std::size_t piece;
