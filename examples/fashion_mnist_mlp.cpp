@@ -114,6 +114,8 @@ int main(int argc, char** argv) {
   app.add_option("--piece-floats", cfg.piece_floats, "Largest push/pull message in floats (a shard travels as pieces)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");
+  app.add_flag("!--no-shared-memory", cfg.shared_memory,
+               "Send every byte in point-to-point messages, also between ranks on one node");
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));

@@ -39,6 +39,7 @@ struct Config {
   std::string pull_wire = "fp32";  // number format of pulled parameters
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
+  bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
 };
@@ -72,15 +73,17 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
   options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
   options.piece_floats = cfg.piece_floats;
   options.overlap = cfg.overlap;
+  options.shared_memory = cfg.shared_memory;
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
 
   if (root) {
     fmt::print("hpcps {}: {} ({} parameters), {} worker(s) + {} server(s), global batch {}, {} thread(s)/rank, "
-               "sync {}{}, optimizer {} (lr {} {}), backend {}, wire {} push / {} pull\n",
+               "sync {}{}, optimizer {} (lr {} {}), backend {}, wire {} push / {} pull{}\n",
                hpcps::version_string, p.network.describe(), p.network.parameter_count(), ps.layout().workers(),
                ps.layout().servers(), cfg.batch, cfg.threads, Sync::name,
                cfg.sync == "ssp" ? fmt::format(" (staleness {})", cfg.staleness) : std::string(), cfg.optimizer,
-               *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire);
+               *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire,
+               ps.uses_shared_memory() ? ", shared memory on the node" : "");
     if (cfg.slow_worker >= 0) fmt::print("worker {} is slowed down {}x\n", cfg.slow_worker, cfg.slowdown);
     fmt::print("{:>5} {:>10} {:>9} {:>10} {:>9} {:>11} {:>8} {:>9} {:>9} {:>9}\n", "epoch", "train_loss", "train_acc",
                "test_loss", "test_acc", "samples/s", "time_s", "compute", "comm", "wait");
@@ -125,6 +128,7 @@ int train(const Problem& p, Sync sync, Optimizer optimizer) {
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
+      json.field("shared_memory_requested", cfg.shared_memory).field("shared_memory", ps.uses_shared_memory());
       json.end_object();
       hpcps::ps::write_report_fields(json, report);
       json.end_object();

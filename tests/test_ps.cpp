@@ -210,3 +210,43 @@ TEST_CASE("a colocated rank's own slice skips MPI without changing a bit", "[ps]
   net.initialize(initial.data(), 1);
   CHECK(prints[0] != fingerprint(initial));
 }
+
+TEST_CASE("ranks on one node share memory without changing a bit", "[ps][mpi]") {
+  // With shared memory a server sums node-local workers' gradients where they lie and the workers
+  // copy parameters out of the server's shard; without it every byte travels in messages. Pieces
+  // of 5 floats pushed during backpropagation, uneven shards and idle clocks (23 samples, 3
+  // workers at most), dedicated and colocated servers: the parameters must be the same bits.
+  const auto world = hpcps::comm::Communicator::world();
+  const Net net({6, 8, 4});
+  const auto train = synthetic(23, 6, 4, 21);
+  hpcps::ps::TrainOptions options;
+  options.epochs = 2;
+  options.batch = 5;
+  options.evaluate = false;
+  for (int servers = 0; servers < world.size(); ++servers) {
+    std::uint64_t prints[2] = {0, 0};
+    bool shared[2] = {false, false};
+    for (int run = 0; run < 2; ++run) {
+      Ps::Options ps_options;
+      ps_options.servers = servers;
+      ps_options.max_batch = 5;
+      ps_options.piece_floats = 5;
+      ps_options.shared_memory = run == 0;
+      Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
+      hpcps::ps::train(ps, train, nullptr, options);
+      if (ps.is_worker()) prints[run] = fingerprint(ps.worker().parameters());
+      shared[run] = ps.uses_shared_memory();
+    }
+    INFO("servers " << servers << " of " << world.size() << " ranks");
+    // mpiexec on one machine puts every rank on one node: every rank has a peer to share with.
+    CHECK(shared[0] == (world.size() > 1));
+    CHECK_FALSE(shared[1]);
+    if (world.rank() < (servers == 0 ? world.size() : world.size() - servers)) {
+      CHECK(prints[0] == prints[1]);
+      std::vector<float> initial(net.parameter_count());
+      net.initialize(initial.data(), 1);
+      CHECK(prints[0] != fingerprint(initial));
+    }
+    world.barrier();
+  }
+}

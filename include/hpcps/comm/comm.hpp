@@ -6,3 +6,4 @@
 #include <hpcps/comm/error.hpp>
 #include <hpcps/comm/request.hpp>
 #include <hpcps/comm/run.hpp>
+#include <hpcps/comm/shared_window.hpp>

@@ -134,6 +134,15 @@ class Communicator {
     return adopt(out);
   }
 
+  // Collective. The ranks that can share memory with this one (MPI_COMM_TYPE_SHARED: in practice
+  // the node), ordered by key (ties by rank here).
+  Communicator split_shared(int key) const {
+    MPI_Comm out = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &out), "MPI_Comm_split_type",
+          "MPI_COMM_TYPE_SHARED, key={}", key);
+    return adopt(out);
+  }
+
   // Collective. The same group with a separate message space: a component that communicates on its
   // own duplicate cannot have its tags matched by anyone else's receives.
   Communicator duplicate() const {

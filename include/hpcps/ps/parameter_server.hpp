@@ -12,6 +12,7 @@
 #include "hpcps/backend/backend_traits.hpp"
 #include "hpcps/backend/cpu.hpp"
 #include "hpcps/comm/communicator.hpp"
+#include "hpcps/comm/shared_window.hpp"
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/optim/optimizer_traits.hpp"
 #include "hpcps/optim/sgd.hpp"
@@ -77,7 +78,20 @@ class ParameterServer {
     // Colocated layout, host backend, fp32 wires: a rank's own slice and shard skip MPI (the
     // server sums the worker's gradient where it is and updates the worker's parameters in place).
     bool local_shortcut = true;
+    // Ranks on one node exchange through an MPI-3 shared-memory window: a server sums each such
+    // worker's gradient where the worker computed it, the worker copies the new parameters out of
+    // the server's shard, and only empty "ready" messages travel (docs/architecture.md#shared-memory).
+    // Synchronous strategy, host-memory backends, fp32 wires, and in the colocated layout with
+    // local_shortcut on; elsewhere, or with this off, point-to-point messages carry the data.
+    bool shared_memory = true;
   };
+
+  // Whether a ParameterServer built with `options` shares memory between the ranks of a node.
+  static constexpr bool can_share_memory = Sync::aggregates && Backend::host_accessible;
+  static bool shares_memory(const Options& options) {
+    return can_share_memory && options.shared_memory && options.wire == ps::WireFormat::fp32 &&
+           options.pull_wire == ps::WireFormat::fp32 && (options.servers != 0 || options.local_shortcut);
+  }
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
   // own duplicate of `world`, so its messages never match the application's receives.
@@ -106,6 +120,9 @@ class ParameterServer {
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
                                               options.pull_wire, options.overlap);
+    }
+    if constexpr (can_share_memory) {
+      if (shares_memory(options)) share_node_memory();
     }
     if (layout_.colocated()) {
       if constexpr (Sync::aggregates) {
@@ -138,6 +155,8 @@ class ParameterServer {
   int worker_index() const { return world_.rank(); }  // valid on workers
   const Options& options() const { return options_; }
   const comm::Communicator& world() const { return world_; }
+  // Whether this rank exchanges with some other rank through shared memory.
+  bool uses_shared_memory() const { return node_peers_ > 0; }
 
   worker_type& worker() {
     if (!worker_) throw Error(fmt::format("ParameterServer::worker() called on rank {}, a server", world_.rank()));
@@ -149,9 +168,55 @@ class ParameterServer {
   }
 
  private:
+  // Collective. Every worker rank's segment of the node's window holds its gradient and its
+  // parameters, a dedicated server's its shard; then each worker-server pair on this node is
+  // connected in place (the rank's own pair, colocated, by the local shortcut below).
+  void share_node_memory() {
+    node_ = world_.split_shared(world_.rank());
+    const int me = world_.rank();
+    std::vector<int> members(static_cast<std::size_t>(node_.size()));
+    node_.allgather(&me, 1, members.data());
+    std::vector<int> node_rank(static_cast<std::size_t>(world_.size()), -1);  // by world rank; -1: elsewhere
+    for (int r = 0; r < node_.size(); ++r) node_rank[static_cast<std::size_t>(members[static_cast<std::size_t>(r)])] = r;
+    const auto on_node = [&](int rank) { return rank != me && node_rank[static_cast<std::size_t>(rank)] >= 0; };
+    const std::size_t n = layout_.parameters();
+    std::size_t floats = 0;
+    if (worker_) floats = 2 * n;
+    else if (server_) floats = server_->range().size();
+    window_ = comm::SharedWindow(node_, floats * sizeof(float));
+    const auto segment = [&](int rank) {
+      return static_cast<float*>(window_.segment(node_rank[static_cast<std::size_t>(rank)]));
+    };
+    if (worker_) {
+      worker_->use_shared_buffers(segment(me), segment(me) + n);
+      for (int s = 0; s < layout_.servers(); ++s) {
+        const int rank = layout_.server_rank(s);
+        if (!on_node(rank)) continue;
+        // A colocated server keeps its shard inside its own worker's parameters.
+        float* shard = layout_.colocated() ? segment(rank) + n + layout_.shard(s).begin : segment(rank);
+        worker_->attach_node_server(s, shard, window_);
+        ++node_peers_;
+      }
+    } else if (server_) {
+      server_->place_parameters(segment(me));
+    }
+    if (server_) {
+      for (int w = 0; w < layout_.workers(); ++w) {
+        const int rank = layout_.worker_rank(w);
+        if (!on_node(rank)) continue;
+        server_->attach_node_worker(static_cast<std::size_t>(w), segment(rank), window_);
+        ++node_peers_;
+      }
+    }
+  }
+
   comm::Communicator world_;
   ps::Layout layout_;
   Options options_;
+  // Declared before the worker and the server, which point into the window: destroyed after them.
+  comm::Communicator node_;
+  comm::SharedWindow window_;
+  int node_peers_ = 0;
   std::unique_ptr<worker_type> worker_;
   std::unique_ptr<server_type> server_;
 };

@@ -18,6 +18,15 @@
 // fp32 array beside it, and are converted to fp32 inside the sum; a 16-bit pull sends a 16-bit
 // copy of the shard, refreshed piece by piece after each update. The parameters and the
 // optimizer state stay fp32 either way: the wire rounds what travels, never what is kept.
+//
+// A worker on the same node may instead share memory with the server (attach_node_worker, set up
+// by the ParameterServer over a comm::SharedWindow): the server sums its gradient where the worker
+// computed it, the worker copies the new parameters out of the server's shard, and only the
+// messages that say so travel (the count with piece 0, empty ones for the other pieces), on the
+// same tags and in the same order as the point-to-point protocol. Bulk-synchronous serving makes
+// this safe without locks: a worker writes its next gradient only after its pull, which comes
+// after the server has read the gradient, and it reads parameters only between the server's
+// notification and its own next push, before which the server does not update them.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +38,7 @@
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/request.hpp"
 #include "hpcps/comm/segments.hpp"
+#include "hpcps/comm/shared_window.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/ps/detail/aggregate.hpp"
@@ -69,11 +79,12 @@ class Server {
       const data::Range p = layout.piece(index, k);
       pieces_.push_back({p.begin - range_.begin, p.end - range_.begin});
     }
-    if (push_wire == WireFormat::fp32) {
-      inbox_.assign(workers * (range_.size() + 1), 0.0f);
-    } else {
+    counts_.assign(workers, 0.0f);
+    in_place_.assign(workers, nullptr);
+    node_local_.assign(workers, 0);
+    inboxes_.resize(workers);  // fp32: allocated on first use, for the workers whose pushes arrive as messages
+    if (push_wire != WireFormat::fp32) {
       inbox_wire_.assign(workers * range_.size(), 0);
-      counts_.assign(workers, 0.0f);
       for (std::size_t w = 0; w < workers; ++w) {
         first_piece_.emplace_back(comm::Segments{{&counts_[w], 1}, {inbox_wire(w) + pieces_[0].begin, pieces_[0].size()}});
       }
@@ -104,6 +115,7 @@ class Server {
 
   // Serves until every worker has sent its stop marker.
   void run() {
+    allocate_inboxes();
     if constexpr (Sync::aggregates) {
       start_aggregating();
       while (serve_clock()) {
@@ -135,9 +147,31 @@ class Server {
     }
     local_ = worker;
     local_count_ = count;
-    local_gradient_ = gradient + range_.begin;
-    std::copy(params_, params_ + range_.size(), parameters + range_.begin);
-    params_ = parameters + range_.begin;
+    in_place_[worker] = gradient + range_.begin;
+    place_parameters(parameters + range_.begin);
+  }
+
+  // Worker `worker` shares memory with this server (comm::SharedWindow): its gradient is read at
+  // `gradient` (the whole vector's first element) and it copies the shard's parameters from
+  // wherever this server keeps them, which must be inside `window` too (place_parameters, or a
+  // local worker's vector in the window). Bulk-synchronous serving, fp32 wires; before serving.
+  void attach_node_worker(std::size_t worker, const float* gradient, const comm::SharedWindow& window) {
+    static_assert(Sync::aggregates, "ps::Server: workers share memory with a server that serves clock by clock only");
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || worker >= active_.size() ||
+        worker == local_) {
+      throw Error(fmt::format("ps::Server: cannot share memory with worker {} (of {}) with {} pushes and {} pulls",
+                              worker, active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
+    }
+    in_place_[worker] = gradient + range_.begin;
+    node_local_[worker] = 1;
+    window_ = &window;
+  }
+
+  // Keeps the shard's parameters at `where` from now on (a shared segment other ranks read).
+  void place_parameters(float* where) {
+    std::copy(params_, params_ + range_.size(), where);
+    params_ = where;
+    own_params_ = {};
   }
   data::Range range() const { return range_; }
   const ServerStats& stats() const { return stats_; }
@@ -148,7 +182,9 @@ class Server {
   // the rank's own push of each clock; it returns false once every worker has stopped.
   void start_aggregating() {
     static_assert(Sync::aggregates, "ps::Server: only the aggregating strategy is served clock by clock");
+    allocate_inboxes();
     remaining_ = active_.size();
+    if (window_) window_->sync();  // the initial parameters, before the messages that announce them
     for (std::size_t k = 0; k < pieces_.size(); ++k) {
       for (std::size_t w = 0; w < active_.size(); ++w) {
         if (w == local_) continue;
@@ -201,10 +237,12 @@ class Server {
       piece_replies_[k].wait_all();
       piece_replies_[k].clear();
       clock.charge(stats_.wait);
+      if (window_) window_->sync();  // the node's workers' stores of piece k, announced by its messages
       if (!contributors_.empty()) {
         aggregate(p, scale);
         encode_parameters(p.begin, p.end);
       }
+      if (window_) window_->sync();  // the updated piece, before the messages that announce it
       if (remaining_ > 0) {
         for (std::size_t w = 0; w < workers; ++w) {
           if (active_[w] && w != local_) piece_replies_[k].add(reply(w, k));
@@ -308,12 +346,19 @@ class Server {
 
   // Worker w's latest push in fp32: [count, slice], piece k of the slice at
   // inbox(w) + 1 + pieces_[k].begin. In a 16-bit format: the count in counts_[w], the slice at
-  // inbox_wire(w).
-  float* inbox(std::size_t worker) { return inbox_.data() + worker * (range_.size() + 1); }
+  // inbox_wire(w). A worker sharing memory: the count in counts_[w], the slice at in_place_[w].
+  float* inbox(std::size_t worker) { return inboxes_[worker].data(); }
   std::uint16_t* inbox_wire(std::size_t worker) { return inbox_wire_.data() + worker * range_.size(); }
   float push_count(std::size_t worker) {
     if (worker == local_) return *local_count_;
-    return push_wire_ == WireFormat::fp32 ? inbox(worker)[0] : counts_[worker];
+    return push_wire_ == WireFormat::fp32 && !node_local_[worker] ? inbox(worker)[0] : counts_[worker];
+  }
+  // Once the workers that share memory are known: the others' pushes need an inbox here.
+  void allocate_inboxes() {
+    if (push_wire_ != WireFormat::fp32) return;
+    for (std::size_t w = 0; w < inboxes_.size(); ++w) {
+      if (!in_place_[w] && inboxes_[w].empty()) inboxes_[w].assign(range_.size() + 1, 0.0f);
+    }
   }
 
   // params_[p] <- the rule applied to the sum of the contributors' piece p (shard-relative), in
@@ -322,7 +367,7 @@ class Server {
     if (push_wire_ == WireFormat::fp32) {
       piece_slices_.clear();
       for (std::size_t w : contributors_) {
-        piece_slices_.push_back((w == local_ ? local_gradient_ : inbox(w) + 1) + p.begin);
+        piece_slices_.push_back((in_place_[w] ? in_place_[w] : inbox(w) + 1) + p.begin);
       }
       detail::aggregate_and_step(optimizer_, state_, p.begin, params_ + p.begin, piece_slices_.data(),
                                  piece_slices_.size(), scale, p.size(), stats_.updates, block_.data());
@@ -345,6 +390,7 @@ class Server {
   comm::Request reply(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
+    if (node_local_[worker]) return world_.isend(params_ + p.begin, 0, rank, tags::params);  // "piece k is ready"
     if (pull_wire_ == WireFormat::fp32) return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
     return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
   }
@@ -352,6 +398,7 @@ class Server {
   comm::Request listen(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
+    if (node_local_[worker]) return world_.irecv(&counts_[worker], k == 0 ? 1 : 0, rank, tags::push_piece(k));
     if (push_wire_ != WireFormat::fp32) {
       if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push_piece(0));
       return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push_piece(k));
@@ -368,15 +415,18 @@ class Server {
   WireFormat push_wire_, pull_wire_;
   std::vector<float> own_params_;
   float* params_;  // the shard's parameters: own_params_, or inside a local worker's vector
-  std::vector<float> block_, inbox_;
+  std::vector<float> block_;
+  std::vector<std::vector<float>> inboxes_;  // fp32 pushes received, by worker: [count, slice]
   typename Optimizer::State state_;
   std::vector<std::uint16_t> inbox_wire_, params_wire_;  // 16-bit pushes received, 16-bit copy for pulls
-  std::vector<float> counts_;                            // 16-bit pushes: each worker's sample count
+  std::vector<float> counts_;  // each worker's sample count: 16-bit pushes, and workers sharing memory
   std::vector<comm::Segments> first_piece_;              // 16-bit pushes: [count, piece 0] receive, by worker
   std::vector<data::Range> pieces_;  // relative to the shard
   std::size_t local_ = std::numeric_limits<std::size_t>::max();  // the attached local worker, if any
   const float* local_count_ = nullptr;
-  const float* local_gradient_ = nullptr;  // at the shard's first element
+  std::vector<const float*> in_place_;  // by worker: its gradient at the shard's first element, where it is read in place
+  std::vector<char> node_local_;        // by worker: shares memory with this server (not the local worker)
+  const comm::SharedWindow* window_ = nullptr;
   std::vector<char> active_, sending_, waiting_;  // sending_: active when the clock began
   std::vector<std::size_t> pieces_in_;        // individual loop: pieces of the current push received, by worker
   std::vector<std::size_t> contributors_;     // workers whose slices this update sums, in worker-rank order

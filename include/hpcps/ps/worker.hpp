@@ -8,6 +8,11 @@
 // In a 16-bit wire format (ps/wire_format.hpp) a push converts each piece of the fp32 gradient into
 // a send buffer of its own just before the piece leaves, so converting piece k overlaps the
 // transfer of piece k-1; a 16-bit pull is converted back piece by piece as the pieces arrive.
+//
+// A server on the same node may share memory with this worker instead (attach_node_server; see
+// ps/server.hpp): the gradient and parameter vectors then live in a comm::SharedWindow, the
+// server reads the gradient where it is, and a pull copies each piece out of the server's shard
+// when the server's (empty) message for it arrives.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +26,7 @@
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/request.hpp"
 #include "hpcps/comm/segments.hpp"
+#include "hpcps/comm/shared_window.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/nn/batch_stats.hpp"
@@ -68,8 +74,10 @@ class Worker {
         network_(network),
         backend_(backend),
         workspace_(network.make_workspace(backend, max_batch)),
-        params_(layout.parameters(), 0.0f),
-        grad_(layout.parameters(), 0.0f),
+        params_storage_(layout.parameters(), 0.0f),
+        grad_storage_(layout.parameters(), 0.0f),
+        params_(params_storage_.data()),
+        grad_(grad_storage_.data()),
         push_wire_(push_wire),
         pull_wire_(pull_wire),
         grad_wire_(push_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
@@ -84,14 +92,9 @@ class Worker {
       device_grad_ = backend.make_buffer(layout.parameters());
     }
     std::size_t pieces = 0;
+    describe_first_pushes();
+    node_params_.assign(static_cast<std::size_t>(layout.servers()), nullptr);
     for (int s = 0; s < layout.servers(); ++s) {
-      const data::Range first = layout.piece(s, 0);
-      if (push_wire == WireFormat::fp32) {
-        first_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_.data() + first.begin, first.size()}});
-      } else {
-        // The count stays an fp32 beside the 16-bit slice: exact, and the server's receive is typed.
-        first_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_wire_.data() + first.begin, first.size()}});
-      }
       count_only_push_.emplace_back(comm::Segments{{&count_slot_, 1}});
       for (std::size_t k = 0; k < layout.pieces(s); ++k) {
         pull_order_.push_back({s, k});
@@ -143,7 +146,7 @@ class Worker {
         // Slice by slice: server s can take slice s while the next one comes off the device.
         if (count > 0 && k == 0) {
           const data::Range r = layout_.shard(s);
-          backend_.download(Backend::data(device_grad_) + r.begin, r.size(), grad_.data() + r.begin);
+          backend_.download(Backend::data(device_grad_) + r.begin, r.size(), grad_ + r.begin);
         }
       }
       push_piece(s, k, count > 0);
@@ -169,11 +172,11 @@ class Worker {
     sends_.clear();
   }
 
-  // The newest parameters this worker received (host memory).
-  const host_vector& parameters() const { return params_; }
+  // A copy of the newest parameters this worker received.
+  std::vector<float> parameters() const { return {params_, params_ + layout_.parameters()}; }
   // Parameters where the backend computes (device memory for a device backend).
   const float* compute_params() const {
-    if constexpr (Backend::host_accessible) return params_.data();
+    if constexpr (Backend::host_accessible) return params_;
     else return Backend::data(device_params_);
   }
   const Network& network() const { return network_; }
@@ -212,12 +215,52 @@ class Worker {
     const auto elsewhere = [s](const PieceId& id) { return id.server != s; };
     push_order_.erase(std::stable_partition(push_order_.begin(), push_order_.end(), elsewhere), push_order_.end());
     pull_order_.erase(std::stable_partition(pull_order_.begin(), pull_order_.end(), elsewhere), pull_order_.end());
-    return {&count_slot_, grad_.data(), params_.data()};
+    return {&count_slot_, grad_, params_};
+  }
+
+  // Keeps the gradient and the parameters in `gradient` and `parameters` (layout.parameters()
+  // floats each, in a shared window) from now on, so that servers on this node can read them.
+  // Before start() and before attach_local_server().
+  void use_shared_buffers(float* gradient, float* parameters) {
+    static_assert(Backend::host_accessible, "ps::Worker: shared buffers are host memory the backend computes on");
+    const std::size_t n = layout_.parameters();
+    std::copy(grad_, grad_ + n, gradient);
+    std::copy(params_, params_ + n, parameters);
+    grad_ = gradient;
+    params_ = parameters;
+    grad_storage_ = {};
+    params_storage_ = {};
+    describe_first_pushes();  // their datatypes hold the gradient's address
+  }
+  // Server s shares memory with this worker: it reads this worker's gradient in place (the
+  // buffers of use_shared_buffers()), and keeps its shard's parameters at `shard_parameters`
+  // inside `window`. Host memory, fp32 wires; before start().
+  void attach_node_server(int s, const float* shard_parameters, const comm::SharedWindow& window) {
+    static_assert(Backend::host_accessible, "ps::Worker: a server on the node reads the gradient in host memory");
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Worker: cannot share memory with server {} with {} pushes and {} pulls", s,
+                              wire_name(push_wire_), wire_name(pull_wire_)));
+    }
+    node_params_[static_cast<std::size_t>(s)] = shard_parameters;
+    window_ = &window;
   }
 
  private:
+  // Piece 0 of each server's push: [count, piece 0 in the wire format].
+  void describe_first_pushes() {
+    first_push_.clear();
+    for (int s = 0; s < layout_.servers(); ++s) {
+      const data::Range first = layout_.piece(s, 0);
+      if (push_wire_ == WireFormat::fp32) {
+        first_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_ + first.begin, first.size()}});
+      } else {
+        // The count stays an fp32 beside the 16-bit slice: exact, and the server's receive is typed.
+        first_push_.emplace_back(comm::Segments{{&count_slot_, 1}, {grad_wire_.data() + first.begin, first.size()}});
+      }
+    }
+  }
   float* compute_grad() {
-    if constexpr (Backend::host_accessible) return grad_.data();
+    if constexpr (Backend::host_accessible) return grad_;
     else return Backend::data(device_grad_);
   }
   // Piece 0 carries the sample count (or a marker); an idle or stopping worker still sends every
@@ -229,13 +272,20 @@ class Worker {
     const int tag = tags::push_piece(k);
     const data::Range p = layout_.piece(s, k);
     const bool fp32 = push_wire_ == WireFormat::fp32;
-    if (with_gradient && !fp32) wire::encode(push_wire_, grad_.data() + p.begin, p.size(), grad_wire_.data() + p.begin);
+    if (node_params_[static_cast<std::size_t>(s)]) {
+      // The server reads the gradient here: the message only says that piece k is final.
+      window_->sync();
+      if (k == 0) sends_.add(count_only_push_[static_cast<std::size_t>(s)].isend(world_, rank, tag));
+      else sends_.add(world_.isend(grad_ + p.begin, 0, rank, tag));
+      return;
+    }
+    if (with_gradient && !fp32) wire::encode(push_wire_, grad_ + p.begin, p.size(), grad_wire_.data() + p.begin);
     const std::size_t n = with_gradient ? p.size() : 0;
     if (k == 0) {
       const auto server = static_cast<std::size_t>(s);
       sends_.add((with_gradient ? first_push_[server] : count_only_push_[server]).isend(world_, rank, tag));
     } else if (fp32) {
-      sends_.add(world_.isend(grad_.data() + p.begin, n, rank, tag));
+      sends_.add(world_.isend(grad_ + p.begin, n, rank, tag));
     } else {
       sends_.add(world_.isend(grad_wire_.data() + p.begin, n, rank, tag));
     }
@@ -255,8 +305,10 @@ class Worker {
     for (const auto& [s, k] : pull_order_) {
       const data::Range p = layout_.piece(s, k);
       const int rank = layout_.server_rank(s);
-      if (pull_wire_ == WireFormat::fp32) {
-        receives_.add(world_.irecv(params_.data() + p.begin, p.size(), rank, tags::params));
+      if (node_params_[static_cast<std::size_t>(s)]) {
+        receives_.add(world_.irecv(params_ + p.begin, 0, rank, tags::params));  // "piece k is ready"
+      } else if (pull_wire_ == WireFormat::fp32) {
+        receives_.add(world_.irecv(params_ + p.begin, p.size(), rank, tags::params));
       } else {
         receives_.add(world_.irecv(params_wire_.data() + p.begin, p.size(), rank, tags::params));
       }
@@ -266,15 +318,21 @@ class Worker {
   // backend uploads each piece as it arrives, so that work overlaps the wait for the others.
   void complete_pulls() {
     const bool convert = pull_wire_ != WireFormat::fp32;
-    if (Backend::host_accessible && !convert) {
+    if (Backend::host_accessible && !convert && !window_) {
       receives_.wait_all();
     } else {
       for (std::size_t done = 0; done < pull_order_.size(); ++done) {
         const auto [s, k] = pull_order_[static_cast<std::size_t>(receives_.wait_any())];
         const data::Range p = layout_.piece(s, k);
-        if (convert) wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_.data() + p.begin);
+        if (const float* shard = node_params_[static_cast<std::size_t>(s)]) {
+          window_->sync();
+          std::copy(shard + (p.begin - layout_.shard(s).begin), shard + (p.end - layout_.shard(s).begin),
+                    params_ + p.begin);
+          continue;
+        }
+        if (convert) wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_ + p.begin);
         if constexpr (!Backend::host_accessible) {
-          backend_.upload(params_.data() + p.begin, p.size(), Backend::data(device_params_) + p.begin);
+          backend_.upload(params_ + p.begin, p.size(), Backend::data(device_params_) + p.begin);
         }
       }
     }
@@ -286,7 +344,9 @@ class Worker {
   Network network_;
   Backend backend_;
   typename Network::template Workspace<Backend> workspace_;
-  host_vector params_, grad_;
+  host_vector params_storage_, grad_storage_;  // unless the buffers live in a shared window
+  float* params_;
+  float* grad_;
   typename Backend::buffer_type device_params_{}, device_grad_{};
   WireFormat push_wire_, pull_wire_;
   std::vector<std::uint16_t> grad_wire_, params_wire_;  // the 16-bit wire's send and receive buffers
@@ -301,6 +361,8 @@ class Worker {
   std::vector<PieceId> pull_order_;  // every piece of a pull, in the order post_pulls() posts them
   std::size_t unsent_ = 0;           // push_order_[0, unsent_) has not left in this step yet
   bool overlap_ = false;
+  std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
+  const comm::SharedWindow* window_ = nullptr;
   comm::RequestSet sends_, receives_;
   metrics::PhaseClock clock_;
   WorkerTimes times_;
