@@ -215,9 +215,12 @@ PIECE_FLOATS = 1 << 20  # ps::Layout::default_piece_floats: a shard travels as m
 
 
 def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1, oversubscription="busy",
-             pipelined=False, piece_floats=PIECE_FLOATS):
+             pipelined=False, piece_floats=PIECE_FLOATS, shared_memory=False):
     """Seconds of one synchronous clock. servers = 0: the colocated layout (every rank a worker and the
-    server of P/W). `compute` is one worker's gradient time on a core of its own."""
+    server of P/W). `compute` is one worker's gradient time on a core of its own. `shared_memory`:
+    the ranks share a node and hpcps's shared-memory transport (Options::shared_memory): a push is
+    an empty message (the server reads the gradient where it is), a pull is the worker's copy of
+    the shards out of the servers' memory, at the measured copy bandwidth."""
     cores = net.cores
     colocated = servers == 0
     shards = workers if colocated else servers
@@ -230,7 +233,18 @@ def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1
     busy_compute = ranks * threads if (oversubscription != "busy" or colocated) else workers * threads
     t_compute = compute * share(busy_compute, cores)
     everyone = share(ranks, cores) if oversubscription == "all" else 1.0
-    if colocated:
+    if shared_memory and colocated:
+        # Each rank is told by W - 1 others that their gradients are ready, sums W slices of its
+        # shard in place, then copies the W - 1 other shards out of their owners' memory.
+        t_push = (workers - 1) * net.message(FLOAT)
+        t_server = server_seconds(rates, shard, workers, optimizer) * share(workers, cores)
+        t_pull = rates.kernel_seconds("copy", params - shard, 2) * share(workers, cores)
+    elif shared_memory:
+        # A server hears from W workers; each worker copies all S shards, every worker at once.
+        t_push = max(workers, servers) * net.message(FLOAT) * everyone
+        t_server = server_seconds(rates, shard, workers, optimizer) * max(share(servers, cores), everyone)
+        t_pull = rates.kernel_seconds("copy", params, 2) * max(share(workers, cores), everyone)
+    elif colocated:
         # W - 1 messages out and in on every rank, plus the slice to itself (a local copy).
         self_copy = rates.kernel_seconds("copy", shard, 2)
         t_push = net.phase(workers - 1, workers * (workers - 1), m, self_copy)
@@ -239,9 +253,13 @@ def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1
         # A server receives W pushes one after the other; a worker sends S.
         t_push = net.phase(max(workers, servers), workers * servers, m) * everyone
         t_server = server_seconds(rates, shard, workers, optimizer) * max(share(servers, cores), everyone)
-    t_pull = t_push
+    if not shared_memory:
+        t_pull = t_push
     stages = (t_push, t_server, t_pull)
-    if pipelined:
+    if shared_memory and colocated:
+        # One core serves its shard and then copies the others': nothing to overlap.
+        t_comm = sum(stages)
+    elif pipelined:
         # Infinitely fine pieces: the slowest stage alone sets the time (a bound).
         t_comm = max(stages)
     else:
@@ -320,7 +338,8 @@ def validate(rates, records, optimizer, cores, variants):
         for name, (comm, over) in variants.items():
             message = rates.message_table if comm == "table" else rates.message_fit
             net = Network("this machine", message, cores)
-            p = ps_clock(rates, net, params, w, s, compute, optimizer, threads, over)
+            p = ps_clock(rates, net, params, w, s, compute, optimizer, threads, over,
+                         shared_memory=rec.get("shared_memory", False))
             row["variants"][name] = {"predicted": p["total"], "parts": p,
                                      "relative_error": (p["total"] - measured) / measured}
         rows.append(row)

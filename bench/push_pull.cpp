@@ -12,6 +12,7 @@
 // The ping-pong always moves the fp32 model; with a 16-bit --wire the parameter server moves fewer
 // bytes than it, which ps_wire_bytes_per_clock records.
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -132,6 +133,22 @@ int main(int argc, char** argv) {
       m.update_per_clock = updates > 0 ? update / updates : 0.0;
       return m;
     };
+    // The node's copy limit for the same bytes: one core copying P floats there and back (what a
+    // shared-memory transport that copies both ways would take), timed on rank 0 alone.
+    std::vector<double> copies;
+    if (world.rank() == 0) {
+      std::vector<float> there(parameters, 0.0f);
+      std::memcpy(there.data(), buffer.data(), parameters * sizeof(float));  // first touch, untimed
+      for (int r = 0; r < repeats; ++r) {
+        const double t0 = MPI_Wtime();
+        for (std::size_t i = 0; i < clocks; ++i) {
+          std::memcpy(there.data(), buffer.data(), parameters * sizeof(float));
+          std::memcpy(buffer.data(), there.data(), parameters * sizeof(float));
+        }
+        copies.push_back((MPI_Wtime() - t0) / static_cast<double>(clocks));
+      }
+    }
+    world.barrier();
     pingpong_repeats((repeats + 1) / 2);
     const Measured shared = parameter_server(true);       // the default: shared memory where ranks share a node
     const Measured messages = parameter_server(false);    // every byte in point-to-point messages
@@ -149,6 +166,9 @@ int main(int argc, char** argv) {
       json.field("pingpong_round_trip_seconds_median", pp.median).field("pingpong_round_trip_seconds_min", pp.low)
           .field("pingpong_round_trip_seconds_max", pp.high);
       json.field("pingpong_gbytes_per_second", 2 * bytes / pp.median / 1e9);
+      const auto copy = hpcps_bench::summarize(copies);
+      json.field("memcpy_round_trip_seconds_median", copy.median).field("memcpy_round_trip_seconds_min", copy.low)
+          .field("memcpy_round_trip_seconds_max", copy.high);
       // ps_*: the default composition (shared memory where it applies); ps_point_to_point_*: the same
       // with Options::shared_memory off.
       const auto report = [&](const char* prefix, const Measured& m) {
@@ -164,6 +184,7 @@ int main(int argc, char** argv) {
         json.field((p + "_over_pingpong_min").c_str(), pp.median / c.high);
         json.field((p + "_over_pingpong_max").c_str(), pp.median / c.low);
         json.field((p + "_over_pingpong_excluding_update").c_str(), pp.median / (c.median - m.update_per_clock));
+        json.field((p + "_over_memcpy").c_str(), copy.median / c.median);
         std::fprintf(stderr, "  %-18s push+pull %.2f ms (%.2f-%.2f), server update ~%.2f ms: %.2f x ping-pong\n",
                      m.shared ? "shared memory" : "point-to-point", c.median * 1e3, c.low * 1e3, c.high * 1e3,
                      m.update_per_clock * 1e3, pp.median / c.median);
@@ -171,6 +192,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "P = %zu floats (%.0f MB each way), %d server(s), wire %s/%s: ping-pong round trip %.2f ms (%.2f-%.2f)\n",
                    parameters, bytes / 1e6, servers, hpcps::ps::wire_name(wire), hpcps::ps::wire_name(pull_wire),
                    pp.median * 1e3, pp.low * 1e3, pp.high * 1e3);
+      std::fprintf(stderr, "  memcpy there and back on one core %.2f ms (%.2f-%.2f)\n", copy.median * 1e3,
+                   copy.low * 1e3, copy.high * 1e3);
       report("ps", shared);
       report("ps_point_to_point", messages);
       json.end_object();

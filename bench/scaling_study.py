@@ -171,6 +171,8 @@ def run_once(args, model, layout, workers, servers, batch, report_path):
         "server_wait": report["server"]["wait_seconds"] / all_clocks,
         "server_updates": report["server"]["updates"],
         "network": report["config"].get("network"),
+        # Whether rank 0 exchanged through shared memory (Options::shared_memory; older reports: no).
+        "shared_memory": bool(report["config"].get("shared_memory", False)),
     }
 
 
@@ -472,6 +474,7 @@ def main():
         c["clocks"] = rs[0]["clocks"]
         c["train_seconds"] = summarize([x["train_seconds"] for x in rs])
         c["network"] = rs[0]["network"]
+        c["shared_memory"] = rs[0]["shared_memory"]
     fits = analyse(configs)
 
     records = []
