@@ -17,10 +17,11 @@ batch B and P parameters, the seconds of one clock:
 - T_server: the bytes the server's kernels touch (W - 1 accumulations, one update that reads and
   writes the parameters and the optimizer state) / measured memory bandwidth of those kernels.
 
-On this machine ranks beyond the core count share cores: every phase is slowed by
-max(1, ranks / cores), since waiting ranks poll and stay runnable (--oversubscription all, the
-default), or only the compute is (ranks), or each phase by the ranks busy in it (busy); the
-validation prints all of them.
+On this machine ranks beyond the core count share cores: every phase is slowed by the ranks of
+the busiest core, ceil(ranks / cores), since each rank stays on one core's run queue for a clock
+and the clock waits for the slowest (--oversubscription busiest, the default), or by
+max(1, ranks / cores), as if the scheduler spread them evenly (all), or only the compute is
+(ranks), or each phase by the ranks busy in it (busy); the validation prints all of them.
 
 It then (1) validates the model against the measured scaling study (bench/scaling_study.py ->
 bench/results/scaling.json), printing predicted against measured seconds per clock and flagging errors
@@ -198,7 +199,12 @@ class Network:
         return max(busiest, (total_messages * t + extra_per_link) / self.cores)
 
 
-def share(busy, cores):
+def share(busy, cores, whole=False):
+    """How much slower a phase runs with `busy` runnable ranks on `cores` cores: busy / cores when
+    the scheduler spreads them evenly over the phase, ceil(busy / cores) (`whole`) when each rank
+    stays on one core's run queue and the clock waits for the busiest core."""
+    if cores is not None and whole:
+        return max(1.0, float(math.ceil(busy / cores)))
     return 1.0 if cores is None else max(1.0, busy / cores)
 
 
@@ -229,30 +235,33 @@ def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1
     ranks = workers if colocated else workers + servers
     # Oversubscription (more ranks than cores): "busy" slows a phase by the ranks that work in it;
     # "ranks" slows the compute by all ranks, since the waiting ones poll and stay runnable; "all"
-    # slows every phase by all ranks (the same reason, for every phase).
+    # slows every phase by all ranks (the same reason, for every phase); "busiest" does what "all"
+    # does by the ranks of the busiest core, ceil(ranks / cores).
+    whole = oversubscription == "busiest"
+    slow = lambda busy, cores: share(busy, cores, whole)
     busy_compute = ranks * threads if (oversubscription != "busy" or colocated) else workers * threads
-    t_compute = compute * share(busy_compute, cores)
-    everyone = share(ranks, cores) if oversubscription == "all" else 1.0
+    t_compute = compute * slow(busy_compute, cores)
+    everyone = slow(ranks, cores) if oversubscription in ("all", "busiest") else 1.0
     if shared_memory and colocated:
         # Each rank is told by W - 1 others that their gradients are ready, sums W slices of its
         # shard in place, then copies the W - 1 other shards out of their owners' memory.
         t_push = (workers - 1) * net.message(FLOAT)
-        t_server = server_seconds(rates, shard, workers, optimizer) * share(workers, cores)
-        t_pull = rates.kernel_seconds("copy", params - shard, 2) * share(workers, cores)
+        t_server = server_seconds(rates, shard, workers, optimizer) * slow(workers, cores)
+        t_pull = rates.kernel_seconds("copy", params - shard, 2) * slow(workers, cores)
     elif shared_memory:
         # A server hears from W workers; each worker copies all S shards, every worker at once.
         t_push = max(workers, servers) * net.message(FLOAT) * everyone
-        t_server = server_seconds(rates, shard, workers, optimizer) * max(share(servers, cores), everyone)
-        t_pull = rates.kernel_seconds("copy", params, 2) * max(share(workers, cores), everyone)
+        t_server = server_seconds(rates, shard, workers, optimizer) * max(slow(servers, cores), everyone)
+        t_pull = rates.kernel_seconds("copy", params, 2) * max(slow(workers, cores), everyone)
     elif colocated:
         # W - 1 messages out and in on every rank, plus the slice to itself (a local copy).
         self_copy = rates.kernel_seconds("copy", shard, 2)
         t_push = net.phase(workers - 1, workers * (workers - 1), m, self_copy)
-        t_server = server_seconds(rates, shard, workers, optimizer) * share(workers, cores)
+        t_server = server_seconds(rates, shard, workers, optimizer) * slow(workers, cores)
     else:
         # A server receives W pushes one after the other; a worker sends S.
         t_push = net.phase(max(workers, servers), workers * servers, m) * everyone
-        t_server = server_seconds(rates, shard, workers, optimizer) * max(share(servers, cores), everyone)
+        t_server = server_seconds(rates, shard, workers, optimizer) * max(slow(servers, cores), everyone)
     if not shared_memory:
         t_pull = t_push
     stages = (t_push, t_server, t_pull)
@@ -538,9 +547,10 @@ def main():
     p.add_argument("--cores", type=int, default=0, help="cores of this machine (0: from machine_rates.json)")
     p.add_argument("--comm", default="table", choices=["table", "fit"],
                    help="validation: message time from the measured ping-pong curve or from alpha + m/beta")
-    p.add_argument("--oversubscription", default="all", choices=["busy", "ranks", "all"],
-                   help="validation, ranks > cores: slow each phase by its busy ranks / cores (busy), the compute "
-                        "by all ranks / cores (ranks), or every phase by all ranks / cores (all)")
+    p.add_argument("--oversubscription", default="busiest", choices=["busy", "ranks", "all", "busiest"],
+                   help="validation, ranks > cores: slow every phase by the busiest core's ranks, ceil(ranks / cores) "
+                        "(busiest), or by ranks / cores (all), the compute only by ranks / cores (ranks), or each "
+                        "phase by its busy ranks / cores (busy)")
     p.add_argument("--workers", default="8,16,32,64,128,256,512,1024", help="extrapolated worker counts")
     p.add_argument("--small-hidden", default="256,128")
     p.add_argument("--small-worker-batch", type=int, default=64, help="extrapolation: per-worker batch (weak scaling)")
@@ -568,7 +578,7 @@ def main():
             f"b={r['batch']}: {r['gemm_gflops_median']:.0f} GFLOP/s, {r['gradient_seconds']['median'] * 1e3:.2f} ms"
             for r in rows))
 
-    variants = {f"{c}+{o}": (c, o) for c in ("table", "fit") for o in ("all", "ranks", "busy")}
+    variants = {f"{c}+{o}": (c, o) for c in ("table", "fit") for o in ("all", "busiest", "ranks", "busy")}
     primary = f"{args.comm}+{args.oversubscription}"
     result = {"benchmark": "model", "rates_file": args.rates, "optimizer": args.optimizer, "cores": cores,
               "inputs": {"alpha_seconds": rates.alpha, "beta_bytes_per_second": rates.beta,
@@ -578,14 +588,19 @@ def main():
                   "clock": "T = T_compute + (T_push + T_server + T_pull) / K + (K - 1) max(T_push, T_server, T_pull) / K "
                            "with K = ceil(shard / 2^20) pieces (synchronous; K = 1: no overlap)",
                   "compute": "T_compute = GEMM_FLOPs(b) / GEMM_rate(b) + elementwise(b)",
-                  "oversubscription": "on this machine, each phase x max(1, ranks / cores) (variant 'all'; "
-                                      "'ranks': compute only; 'busy': the ranks working in the phase)",
+                  "oversubscription": "on this machine, each phase x ceil(ranks / cores), the busiest core's ranks "
+                                      "(variant 'busiest'; 'all': x max(1, ranks / cores); 'ranks': compute only; "
+                                      "'busy': the ranks working in the phase)",
                   "message": "t(m) = alpha + m / beta",
                   "push_dedicated": "T_push = max(link: max(W, S) x t(4P/S), node: W S t(4P/S) / cores); "
                                     "cores = infinity for one rank per node",
                   "push_colocated": "T_push = max((W-1) t(4P/W), W (W-1) t(4P/W) / cores) + copy(P/W)",
                   "server": "T_server = (W + 4) 4 (P/S) / BW_momentum x max(1, S / cores) (fused, cache-blocked sum + update)",
-                  "pull": "T_pull = T_push",
+                  "pull": "T_pull = T_push (point-to-point)",
+                  "shared_memory_dedicated": "one node, Options::shared_memory: T_push = max(W, S) t(4), T_server as above, "
+                                             "T_pull = copy(P) x max(1, W / cores), pipelined over the K pieces",
+                  "shared_memory_colocated": "T_comm = (W-1) t(4) + T_server x max(1, W / cores) + "
+                                             "copy(P (W-1) / W) x max(1, W / cores), one after the other",
                   "ring_allreduce": "T = T_compute + 2(n-1) t(4P/n) + (n-1) 12 (P/n) / BW_add + 20 P / BW_momentum",
                   "pipelined_bound": "T = T_compute + max(T_push, T_server, T_pull) (pieces of size -> 0)",
               },
@@ -606,6 +621,16 @@ def main():
         for name, s in summary.items():
             print(f"  {name:>12}{' (primary)' if name == primary else '          '}: {s['within_20_percent']}/{s['rows']}"
                   f", median {s['median_abs_error'] * 100:.1f}%, max {s['max_abs_error'] * 100:.1f}%")
+        # The same summary for the primary variant over rows that fit the cores, and by model.
+        subsets = {"ranks <= cores": [r for r in rows if not r["oversubscribed"]],
+                   "ranks > cores": [r for r in rows if r["oversubscribed"]]}
+        for model_name in sorted({r["model"] for r in rows}):
+            subsets[model_name] = [r for r in rows if r["model"] == model_name]
+        subset_summary = {k: summarize_variants(v, [primary]).get(primary) for k, v in subsets.items() if v}
+        for name, s in subset_summary.items():
+            print(f"  primary, {name}: {s['within_20_percent']}/{s['rows']}, median {s['median_abs_error'] * 100:.1f}%, "
+                  f"max {s['max_abs_error'] * 100:.1f}%")
+        result["validation_summary_primary_subsets"] = subset_summary
         result["scaling_file"] = args.scaling
         result["validation"] = rows
         result["validation_summary"] = summary

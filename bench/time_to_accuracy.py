@@ -52,9 +52,17 @@ def thread_env(openblas, omp, **extra):
 
 
 def recorded(cmd):
-    """The command as the JSON keeps it: paths inside the repository relative to its root, so the
-    results do not name this machine's folders."""
-    return [os.path.relpath(c, REPO) if os.path.isabs(c) and c.startswith(REPO + os.sep) else c for c in cmd]
+    """The command as the JSON keeps it: paths inside the repository relative to its root and the
+    run's temporary files as $TMPDIR/name, so the results do not name this machine's folders."""
+    tmp = tempfile.gettempdir() + os.sep
+
+    def portable(c):
+        if os.path.isabs(c) and c.startswith(REPO + os.sep):
+            return os.path.relpath(c, REPO)
+        if os.path.isabs(c) and c.startswith(tmp):
+            return "$TMPDIR/" + os.path.basename(c)
+        return c
+    return [portable(c) for c in cmd]
 
 
 def execute(cmd, env, timeout):

@@ -121,6 +121,37 @@ TEST_CASE("comm: split into even and odd groups and talk within them", "[comm]")
   CHECK(dup.native() != w.native());
 }
 
+TEST_CASE("comm: a shared-memory window shows each rank's stores to the node", "[comm]") {
+  Communicator w = world();
+  // mpiexec on one machine: the node is everyone, in world order (key = world rank).
+  Communicator node = w.split_shared(w.rank());
+  CHECK(node.size() == w.size());
+  CHECK(node.rank() == w.rank());
+  // Uneven segments, one of them empty, and none a multiple of a page: each still starts aligned
+  // (on one rank too, where MPICH's own segment is not page-aligned).
+  const std::size_t floats = node.rank() == 1 ? 0 : 1000 + 37 * static_cast<std::size_t>(node.rank());
+  hpcps::comm::SharedWindow window(node, floats * sizeof(float));
+  CHECK_FALSE(window.is_null());
+  auto* mine = static_cast<float*>(window.segment(node.rank()));
+  for (std::size_t i = 0; i < floats; ++i) mine[i] = static_cast<float>(node.rank() * 100000 + static_cast<int>(i));
+  // Stores, sync, a message (here a barrier), sync, loads: MPI-3's shared-memory model.
+  window.sync();
+  node.barrier();
+  window.sync();
+  for (int r = 0; r < node.size(); ++r) {
+    const auto* theirs = static_cast<const float*>(window.segment(r));
+    const std::size_t n = r == 1 ? 0 : 1000 + 37 * static_cast<std::size_t>(r);
+    CHECK(reinterpret_cast<std::uintptr_t>(theirs) % hpcps::comm::SharedWindow::segment_alignment == 0);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += theirs[i] != static_cast<float>(r * 100000 + static_cast<int>(i));
+    CHECK(wrong == 0);
+  }
+  node.barrier();  // nobody frees the window while another rank still reads it
+  hpcps::comm::SharedWindow moved = std::move(window);
+  CHECK(window.is_null());
+  CHECK_FALSE(moved.is_null());
+}
+
 TEMPLATE_TEST_CASE("comm: typed ring exchange", "[comm]", float, double, std::int64_t, std::uint8_t) {
   Communicator w = world();
   constexpr std::size_t n = 17;

@@ -10,6 +10,7 @@
 // shared segment the reader copies, or computes on the data where it lies, and no one copies twice
 // (bench/transports: 1.7x point-to-point for 25M floats, docs/performance.md).
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include <mpi.h>
@@ -21,7 +22,10 @@ namespace hpcps::comm {
 
 class SharedWindow {
  public:
-  // Each segment starts on its own page, so two ranks never write into one cache line.
+  // Each segment starts on its own page, so two ranks never write into one cache line. MPICH
+  // page-aligns the segments of several processes but not a lone process's (measured: 1 rank,
+  // offset 2512), so every segment carries one page of slack and segment() aligns up; a page
+  // maps at the same offset in every process, so all of them find the same start.
   static constexpr std::size_t segment_alignment = 4096;
 
   SharedWindow() noexcept = default;
@@ -29,7 +33,8 @@ class SharedWindow {
   // Collective over `node`, whose ranks must all share memory (split_shared). This rank's segment
   // holds `bytes` (rounded up to segment_alignment), uninitialized.
   SharedWindow(const Communicator& node, std::size_t bytes) {
-    const std::size_t rounded = (bytes + segment_alignment - 1) / segment_alignment * segment_alignment;
+    const std::size_t rounded =
+        (bytes + segment_alignment - 1) / segment_alignment * segment_alignment + segment_alignment;
     MPI_Info info = MPI_INFO_NULL;
     check(MPI_Info_create(&info), "MPI_Info_create");
     // Separate segments: MPICH then page-aligns each one and may place it near its owner.
@@ -60,13 +65,14 @@ class SharedWindow {
 
   bool is_null() const noexcept { return win_ == MPI_WIN_NULL; }
 
-  // Where node rank `rank`'s segment lies in this process's address space.
+  // Where node rank `rank`'s segment lies in this process's address space (segment_alignment-aligned).
   void* segment(int rank) const {
     MPI_Aint size = 0;
     int unit = 0;
     void* base = nullptr;
     check(MPI_Win_shared_query(win_, rank, &size, &unit, &base), "MPI_Win_shared_query", "node rank {}", rank);
-    return base;
+    const auto address = reinterpret_cast<std::uintptr_t>(base);
+    return reinterpret_cast<void*>((address + segment_alignment - 1) / segment_alignment * segment_alignment);
   }
 
   // Makes this process's stores visible to the others and theirs to it: call it after storing and
