@@ -8,7 +8,9 @@ runs --repeats times, interleaved round-robin so machine noise spreads over all 
 uses seed --seed + r in every configuration, so the accuracy cost is also given as the median of
 the paired differences to fp32 (same initialisation, same sample order). Reports the final test
 accuracy and the training throughput (median and min-max), then the communication alone: one
-clock of bench/push_pull (push + pull of a --pp-parameters model, no computation) per format.
+clock of bench/push_pull (push + pull of a --pp-parameters model, no computation) per format, and
+for fp32 also with shared memory off. fp32 is the only format that shares memory between the ranks
+of a node (Options::shared_memory): a 16-bit wire exists to halve bytes on a link.
 
 Prints a table, writes JSON (--out) and a PNG plot (--plot, if matplotlib is there).
 
@@ -49,6 +51,8 @@ def train_once(args, servers, wire, pull_wire, seed, report_path):
         "final_test_accuracy": report["test_accuracy"],
         "samples_per_second": report["samples_per_second"],
         "train_seconds": report["train_seconds"],
+        # fp32 exchanges through shared memory on one node (Options::shared_memory); 16-bit wires cannot.
+        "shared_memory": bool(report["config"].get("shared_memory", False)),
     }
 
 
@@ -149,11 +153,19 @@ def main():
     comm = []
     for label, wire, pull in WIRES:
         r = push_pull(args, wire, pull)
-        comm.append({"wire_label": label, "wire": wire, "pull_wire": pull,
-                     "clock_seconds": {"median": r["ps_clock_seconds_median"], "min": r["ps_clock_seconds_min"],
-                                       "max": r["ps_clock_seconds_max"], "n": args.repeats},
-                     "server_update_seconds_per_clock": r["server_update_seconds_per_clock"],
-                     "wire_bytes_per_clock": r["ps_wire_bytes_per_clock"], "push_pull": r})
+        # "ps": as composed by default (shared memory on the node where the wire allows it, i.e. fp32);
+        # "ps_point_to_point": the same run with Options::shared_memory off.
+        for prefix, transport in (("ps", None), ("ps_point_to_point", "point-to-point")):
+            if transport and r[prefix + "_shared_memory"] == r["ps_shared_memory"]:
+                continue  # the 16-bit wires use point-to-point either way
+            comm.append({"wire_label": label + (f", {transport}" if transport else ""), "wire": wire, "pull_wire": pull,
+                         "shared_memory": r[prefix + "_shared_memory"],
+                         "clock_seconds": {"median": r[prefix + "_clock_seconds_median"],
+                                           "min": r[prefix + "_clock_seconds_min"],
+                                           "max": r[prefix + "_clock_seconds_max"], "n": args.repeats},
+                         "server_update_seconds_per_clock": r[prefix + "_server_update_seconds_per_clock"],
+                         "wire_bytes_per_clock": 0.0 if r[prefix + "_shared_memory"] else r["ps_wire_bytes_per_clock"],
+                         "push_pull": r})
 
     print(f"\nFashion-MNIST MLP, {args.epochs} epoch(s), {args.repeats} repeat(s) (median, min-max); "
           "accuracy cost = median over seeds of (accuracy - fp32 accuracy, same seed)")
@@ -166,10 +178,10 @@ def main():
               f"{cost:+12.4f} | {fmt_range(c['samples_per_second'], 0):<22} | "
               f"{c['samples_per_second_over_fp32_same_repeat']['median']:>12.3f}x |")
     print(f"\npush_pull: one clock of 1 worker + 1 server, {args.pp_parameters} parameters, no computation")
-    print(f"| {'wire':<9} | {'bytes/clock':>12} | {'clock ms':<22} | {'server update ms':>16} |")
-    print(f"|{'-' * 11}|{'-' * 14}|{'-' * 24}|{'-' * 18}|")
+    print(f"| {'wire':<25} | {'bytes/clock':>12} | {'clock ms':<22} | {'server update ms':>16} |")
+    print(f"|{'-' * 27}|{'-' * 14}|{'-' * 24}|{'-' * 18}|")
     for c in comm:
-        print(f"| {c['wire_label']:<9} | {c['wire_bytes_per_clock']:>12.0f} | {fmt_range(c['clock_seconds'], 2, 1e3):<22} | "
+        print(f"| {c['wire_label']:<25} | {c['wire_bytes_per_clock']:>12.0f} | {fmt_range(c['clock_seconds'], 2, 1e3):<22} | "
               f"{c['server_update_seconds_per_clock'] * 1e3:>16.2f} |")
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

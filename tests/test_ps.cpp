@@ -184,26 +184,45 @@ TEST_CASE("synchronous training is reproducible, with or without overlap, and un
   CHECK(all[0] != 0);
 }
 
+namespace {
+
+struct Trained {
+  std::uint64_t fingerprint = 0;  // of the worker's parameters; 0 on a dedicated server
+  bool shared_memory = false;     // ParameterServer::uses_shared_memory() on this rank
+};
+
+// Trains `net` with SGD (lr 0.3) for 2 epochs of batch `batch` over `train`, pieces of 5 floats,
+// with `servers` servers and whatever `adjust` sets on top.
+template <class Adjust>
+Trained train_with(const Net& net, const hpcps::data::Dataset& train, int servers, std::size_t batch, Adjust adjust) {
+  const auto world = hpcps::comm::Communicator::world();
+  hpcps::ps::TrainOptions options;
+  options.epochs = 2;
+  options.batch = batch;
+  options.evaluate = false;
+  Ps::Options ps_options;
+  ps_options.servers = servers;
+  ps_options.max_batch = batch;
+  ps_options.piece_floats = 5;
+  adjust(ps_options);
+  Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
+  hpcps::ps::train(ps, train, nullptr, options);
+  Trained out;
+  if (ps.is_worker()) out.fingerprint = fingerprint(ps.worker().parameters());
+  out.shared_memory = ps.uses_shared_memory();
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("a colocated rank's own slice skips MPI without changing a bit", "[ps][mpi]") {
   // With the local shortcut the server sums the worker's gradient in place and updates the
   // worker's parameters directly; without it the same data goes through MPI messages to self.
-  const auto world = hpcps::comm::Communicator::world();
   const Net net({6, 8, 4});
   const auto train = synthetic(40, 6, 4, 13);
-  hpcps::ps::TrainOptions options;
-  options.epochs = 2;
-  options.batch = 6;
-  options.evaluate = false;
   std::uint64_t prints[2] = {0, 0};
   for (int run = 0; run < 2; ++run) {
-    Ps::Options ps_options;
-    ps_options.servers = 0;
-    ps_options.max_batch = 6;
-    ps_options.piece_floats = 5;
-    ps_options.local_shortcut = run == 0;
-    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
-    hpcps::ps::train(ps, train, nullptr, options);
-    prints[run] = fingerprint(ps.worker().parameters());
+    prints[run] = train_with(net, train, 0, 6, [&](Ps::Options& o) { o.local_shortcut = run == 0; }).fingerprint;
   }
   CHECK(prints[0] == prints[1]);
   std::vector<float> initial(net.parameter_count());
@@ -219,23 +238,13 @@ TEST_CASE("ranks on one node share memory without changing a bit", "[ps][mpi]") 
   const auto world = hpcps::comm::Communicator::world();
   const Net net({6, 8, 4});
   const auto train = synthetic(23, 6, 4, 21);
-  hpcps::ps::TrainOptions options;
-  options.epochs = 2;
-  options.batch = 5;
-  options.evaluate = false;
   for (int servers = 0; servers < world.size(); ++servers) {
     std::uint64_t prints[2] = {0, 0};
     bool shared[2] = {false, false};
     for (int run = 0; run < 2; ++run) {
-      Ps::Options ps_options;
-      ps_options.servers = servers;
-      ps_options.max_batch = 5;
-      ps_options.piece_floats = 5;
-      ps_options.shared_memory = run == 0;
-      Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
-      hpcps::ps::train(ps, train, nullptr, options);
-      if (ps.is_worker()) prints[run] = fingerprint(ps.worker().parameters());
-      shared[run] = ps.uses_shared_memory();
+      const Trained t = train_with(net, train, servers, 5, [&](Ps::Options& o) { o.shared_memory = run == 0; });
+      prints[run] = t.fingerprint;
+      shared[run] = t.shared_memory;
     }
     INFO("servers " << servers << " of " << world.size() << " ranks");
     // mpiexec on one machine puts every rank on one node: every rank has a peer to share with.

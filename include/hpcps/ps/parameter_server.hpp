@@ -173,6 +173,7 @@ class ParameterServer {
   // connected in place (the rank's own pair, colocated, by the local shortcut below).
   void share_node_memory() {
     node_ = world_.split_shared(world_.rank());
+    if (node_.size() == 1) return;  // nobody to share with: the buffers stay where they are
     const int me = world_.rank();
     std::vector<int> members(static_cast<std::size_t>(node_.size()));
     node_.allgather(&me, 1, members.data());

@@ -171,7 +171,7 @@ class Server {
   void place_parameters(float* where) {
     std::copy(params_, params_ + range_.size(), where);
     params_ = where;
-    own_params_ = {};
+    std::vector<float>().swap(own_params_);  // `= {}` would keep the capacity
   }
   data::Range range() const { return range_; }
   const ServerStats& stats() const { return stats_; }

@@ -228,8 +228,8 @@ class Worker {
     std::copy(params_, params_ + n, parameters);
     grad_ = gradient;
     params_ = parameters;
-    grad_storage_ = {};
-    params_storage_ = {};
+    host_vector().swap(grad_storage_);  // `= {}` would keep the capacity
+    host_vector().swap(params_storage_);
     describe_first_pushes();  // their datatypes hold the gradient's address
   }
   // Server s shares memory with this worker: it reads this worker's gradient in place (the
