@@ -22,7 +22,7 @@ using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::ba
 // clock) and the servers serve them; on a worker, only the steady-state steps are counted.
 template <class Sync = hpcps::sync::Synchronous>
 long allocations_during(std::size_t steps, int servers, WireFormat push = WireFormat::fp32,
-                        WireFormat pull = WireFormat::fp32) {
+                        WireFormat pull = WireFormat::fp32, bool shared_memory = true) {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
   typename Server<Sync>::Options options;
@@ -31,7 +31,11 @@ long allocations_during(std::size_t steps, int servers, WireFormat push = WireFo
   options.piece_floats = 100;  // 536 parameters: several pieces per shard, several request sets
   options.wire = push;
   options.pull_wire = pull;
+  options.shared_memory = shared_memory;
   Server<Sync> ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
+  // The synchronous fp32 runs exchange through shared memory unless told not to (one node).
+  CHECK(ps.uses_shared_memory() ==
+        (shared_memory && Sync::aggregates && push == WireFormat::fp32 && pull == WireFormat::fp32));
   std::vector<float> x(8 * 20, 0.5f);
   std::vector<std::int32_t> y(8, 1);
   long counted = 0;
@@ -76,6 +80,15 @@ TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
   const long colocated = allocations_during(25, 0);
   INFO("colocated: " << colocated << " allocations for 25 clocks");
   CHECK(colocated == 0);
+  // Every byte in messages instead of shared memory: the same.
+  const long short_messages = allocations_during(5, 1, WireFormat::fp32, WireFormat::fp32, false);
+  const long long_messages = allocations_during(25, 1, WireFormat::fp32, WireFormat::fp32, false);
+  INFO("point-to-point: " << short_messages << " allocations for 5 clocks, " << long_messages << " for 25");
+  if (server) {
+    CHECK(long_messages == short_messages);
+  } else {
+    CHECK(long_messages == 0);
+  }
   // The counter is live: a vector allocates.
   const long before = hpcps_test::allocations.load();
   std::vector<int> v(10);
