@@ -148,6 +148,15 @@ TEST_CASE("comm: a shared-memory window shows each rank's stores to the node", "
   }
   node.barrier();  // nobody frees the window while another rank still reads it
   hpcps::comm::SharedWindow moved = std::move(window);
+  // What a segment occupies, and whether a window would fit: a ParameterServer asks before
+  // allocating, since an oversized window dies of SIGBUS instead of failing.
+  using hpcps::comm::SharedWindow;
+  CHECK(SharedWindow::footprint(0) == SharedWindow::segment_alignment);
+  CHECK(SharedWindow::footprint(1) == 2 * SharedWindow::segment_alignment);
+  CHECK(SharedWindow::footprint(SharedWindow::segment_alignment) == 2 * SharedWindow::segment_alignment);
+  CHECK(SharedWindow::fits(1));
+  CHECK_FALSE(SharedWindow::fits(std::size_t{1} << 62));  // 4 EiB
+  CHECK(SharedWindow::fits(std::size_t{1} << 62, "/no/such/filesystem"));  // unknown: not in the way
   CHECK(window.is_null());
   CHECK_FALSE(moved.is_null());
 }

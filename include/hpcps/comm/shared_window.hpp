@@ -14,6 +14,7 @@
 #include <utility>
 
 #include <mpi.h>
+#include <sys/statvfs.h>
 
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/error.hpp"
@@ -30,11 +31,25 @@ class SharedWindow {
 
   SharedWindow() noexcept = default;
 
+  // Bytes this rank passes to the constructor occupy this many in the node's shared memory.
+  static std::size_t footprint(std::size_t bytes) {
+    return (bytes + segment_alignment - 1) / segment_alignment * segment_alignment + segment_alignment;
+  }
+
+  // Whether `bytes` more fit in `filesystem`, where MPICH keeps shared segments on Linux (POSIX
+  // shm_open: /dev/shm). A window that does not fit is not an error there: the process dies of
+  // SIGBUS when it first touches a page past the end, so ask first. Unknown (no such filesystem):
+  // true.
+  static bool fits(std::size_t bytes, const char* filesystem = "/dev/shm") {
+    struct statvfs info {};
+    if (statvfs(filesystem, &info) != 0) return true;
+    return static_cast<unsigned long long>(info.f_bavail) * info.f_frsize >= bytes;
+  }
+
   // Collective over `node`, whose ranks must all share memory (split_shared). This rank's segment
   // holds `bytes` (rounded up to segment_alignment), uninitialized.
   SharedWindow(const Communicator& node, std::size_t bytes) {
-    const std::size_t rounded =
-        (bytes + segment_alignment - 1) / segment_alignment * segment_alignment + segment_alignment;
+    const std::size_t rounded = footprint(bytes);
     MPI_Info info = MPI_INFO_NULL;
     check(MPI_Info_create(&info), "MPI_Info_create");
     // Separate segments: MPICH then page-aligns each one and may place it near its owner.

@@ -4,6 +4,7 @@
 // server roles over MPI_COMM_WORLD.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <type_traits>
@@ -186,6 +187,20 @@ class ParameterServer {
     std::size_t floats = 0;
     if (worker_) floats = 2 * n;
     else if (server_) floats = server_->range().size();
+    // Every rank of the node decides alike whether the node's segments fit (a container's /dev/shm
+    // is often 64 MiB); if not, this node keeps to point-to-point messages, and says why once.
+    const auto needed = node_.allreduce_value(
+        static_cast<std::uint64_t>(comm::SharedWindow::footprint(floats * sizeof(float))), MPI_SUM);
+    if (node_.allreduce_value(comm::SharedWindow::fits(needed) ? 1 : 0, MPI_MIN) == 0) {
+      if (node_.rank() == 0) {
+        std::fprintf(stderr,
+                     "hpcps: the shared-memory window of this node's %d ranks needs %.0f MiB and /dev/shm has less "
+                     "free; they exchange through point-to-point messages instead (Options::shared_memory, "
+                     "docs/architecture.md#shared-memory)\n",
+                     node_.size(), static_cast<double>(needed) / (1 << 20));
+      }
+      return;
+    }
     window_ = comm::SharedWindow(node_, floats * sizeof(float));
     const auto segment = [&](int rank) {
       return static_cast<float*>(window_.segment(node_rank[static_cast<std::size_t>(rank)]));
