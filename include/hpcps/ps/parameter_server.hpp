@@ -92,8 +92,12 @@ class ParameterServer {
   // Whether a ParameterServer built with `options` shares memory between the ranks of a node.
   static constexpr bool can_share_memory = Sync::aggregates && Backend::host_accessible;
   static bool shares_memory(const Options& options) {
-    return can_share_memory && options.shared_memory && options.wire == ps::WireFormat::fp32 &&
-           options.pull_wire == ps::WireFormat::fp32 && (options.servers != 0 || options.local_shortcut);
+    return can_share_memory && options.shared_memory && fp32_wires(options) &&
+           (options.servers != 0 || options.local_shortcut);
+  }
+  // Both directions in fp32: what working on another component's arrays in place needs.
+  static bool fp32_wires(const Options& options) {
+    return options.wire == ps::WireFormat::fp32 && options.pull_wire == ps::WireFormat::fp32;
   }
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
@@ -131,8 +135,7 @@ class ParameterServer {
       if constexpr (Sync::aggregates) {
         if constexpr (Backend::host_accessible) {
           // The rank's own slice and shard need no message: the server works in the worker's arrays.
-          if (options.local_shortcut && options.wire == ps::WireFormat::fp32 &&
-              options.pull_wire == ps::WireFormat::fp32) {
+          if (options.local_shortcut && fp32_wires(options)) {
             const auto local = worker_->attach_local_server(layout_.server_index(world_.rank()));
             server_->attach_local_worker(static_cast<std::size_t>(world_.rank()), local.count, local.gradient,
                                          local.parameters);

@@ -81,7 +81,6 @@ class Server {
     }
     counts_.assign(workers, 0.0f);
     in_place_.assign(workers, nullptr);
-    node_local_.assign(workers, 0);
     inboxes_.resize(workers);  // fp32: allocated on first use, for the workers whose pushes arrive as messages
     if (push_wire != WireFormat::fp32) {
       inbox_wire_.assign(workers * range_.size(), 0);
@@ -163,8 +162,7 @@ class Server {
                               worker, active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
     }
     in_place_[worker] = gradient + range_.begin;
-    node_local_[worker] = 1;
-    window_ = &window;
+    shared_window_ = &window;
   }
 
   // Keeps the shard's parameters at `where` from now on (a shared segment other ranks read).
@@ -184,7 +182,7 @@ class Server {
     static_assert(Sync::aggregates, "ps::Server: only the aggregating strategy is served clock by clock");
     allocate_inboxes();
     remaining_ = active_.size();
-    if (window_) window_->sync();  // the initial parameters, before the messages that announce them
+    if (shared_window_) shared_window_->sync();  // the initial parameters, before the messages that announce them
     for (std::size_t k = 0; k < pieces_.size(); ++k) {
       for (std::size_t w = 0; w < active_.size(); ++w) {
         if (w == local_) continue;
@@ -237,12 +235,12 @@ class Server {
       piece_replies_[k].wait_all();
       piece_replies_[k].clear();
       clock.charge(stats_.wait);
-      if (window_) window_->sync();  // the node's workers' stores of piece k, announced by its messages
+      if (shared_window_) shared_window_->sync();  // the node's workers' stores of piece k, announced by its messages
       if (!contributors_.empty()) {
         aggregate(p, scale);
         encode_parameters(p.begin, p.end);
       }
-      if (window_) window_->sync();  // the updated piece, before the messages that announce it
+      if (shared_window_) shared_window_->sync();  // the updated piece, before the messages that announce it
       if (remaining_ > 0) {
         for (std::size_t w = 0; w < workers; ++w) {
           if (active_[w] && w != local_) piece_replies_[k].add(reply(w, k));
@@ -351,8 +349,11 @@ class Server {
   std::uint16_t* inbox_wire(std::size_t worker) { return inbox_wire_.data() + worker * range_.size(); }
   float push_count(std::size_t worker) {
     if (worker == local_) return *local_count_;
-    return push_wire_ == WireFormat::fp32 && !node_local_[worker] ? inbox(worker)[0] : counts_[worker];
+    return push_wire_ == WireFormat::fp32 && !in_place_[worker] ? inbox(worker)[0] : counts_[worker];
   }
+  // A worker of this node other than the local one: its push is read in place, and only empty
+  // messages (the count with piece 0) travel between it and this server.
+  bool shares_memory_with(std::size_t worker) const { return in_place_[worker] && worker != local_; }
   // Once the workers that share memory are known: the others' pushes need an inbox here.
   void allocate_inboxes() {
     if (push_wire_ != WireFormat::fp32) return;
@@ -390,7 +391,7 @@ class Server {
   comm::Request reply(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
-    if (node_local_[worker]) return world_.isend(params_ + p.begin, 0, rank, tags::params);  // "piece k is ready"
+    if (shares_memory_with(worker)) return world_.isend(params_ + p.begin, 0, rank, tags::params);  // "piece k is ready"
     if (pull_wire_ == WireFormat::fp32) return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
     return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
   }
@@ -398,7 +399,7 @@ class Server {
   comm::Request listen(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
-    if (node_local_[worker]) return world_.irecv(&counts_[worker], k == 0 ? 1 : 0, rank, tags::push_piece(k));
+    if (shares_memory_with(worker)) return world_.irecv(&counts_[worker], k == 0 ? 1 : 0, rank, tags::push_piece(k));
     if (push_wire_ != WireFormat::fp32) {
       if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push_piece(0));
       return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push_piece(k));
@@ -425,8 +426,7 @@ class Server {
   std::size_t local_ = std::numeric_limits<std::size_t>::max();  // the attached local worker, if any
   const float* local_count_ = nullptr;
   std::vector<const float*> in_place_;  // by worker: its gradient at the shard's first element, where it is read in place
-  std::vector<char> node_local_;        // by worker: shares memory with this server (not the local worker)
-  const comm::SharedWindow* window_ = nullptr;
+  const comm::SharedWindow* shared_window_ = nullptr;
   std::vector<char> active_, sending_, waiting_;  // sending_: active when the clock began
   std::vector<std::size_t> pieces_in_;        // individual loop: pieces of the current push received, by worker
   std::vector<std::size_t> contributors_;     // workers whose slices this update sums, in worker-rank order

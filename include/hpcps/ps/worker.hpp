@@ -242,7 +242,7 @@ class Worker {
                               wire_name(push_wire_), wire_name(pull_wire_)));
     }
     node_params_[static_cast<std::size_t>(s)] = shard_parameters;
-    window_ = &window;
+    shared_window_ = &window;
   }
 
  private:
@@ -273,11 +273,10 @@ class Worker {
     const data::Range p = layout_.piece(s, k);
     const bool fp32 = push_wire_ == WireFormat::fp32;
     if (node_params_[static_cast<std::size_t>(s)]) {
-      // The server reads the gradient here: the message only says that piece k is final.
-      window_->sync();
-      if (k == 0) sends_.add(count_only_push_[static_cast<std::size_t>(s)].isend(world_, rank, tag));
-      else sends_.add(world_.isend(grad_ + p.begin, 0, rank, tag));
-      return;
+      // The server reads the gradient here: the piece leaves as an empty one, which only says
+      // that piece k is final.
+      shared_window_->sync();
+      with_gradient = false;
     }
     if (with_gradient && !fp32) wire::encode(push_wire_, grad_ + p.begin, p.size(), grad_wire_.data() + p.begin);
     const std::size_t n = with_gradient ? p.size() : 0;
@@ -318,14 +317,14 @@ class Worker {
   // backend uploads each piece as it arrives, so that work overlaps the wait for the others.
   void complete_pulls() {
     const bool convert = pull_wire_ != WireFormat::fp32;
-    if (Backend::host_accessible && !convert && !window_) {
+    if (Backend::host_accessible && !convert && !shared_window_) {
       receives_.wait_all();
     } else {
       for (std::size_t done = 0; done < pull_order_.size(); ++done) {
         const auto [s, k] = pull_order_[static_cast<std::size_t>(receives_.wait_any())];
         const data::Range p = layout_.piece(s, k);
         if (const float* shard = node_params_[static_cast<std::size_t>(s)]) {
-          window_->sync();
+          shared_window_->sync();
           std::copy(shard + (p.begin - layout_.shard(s).begin), shard + (p.end - layout_.shard(s).begin),
                     params_ + p.begin);
           continue;
@@ -362,7 +361,7 @@ class Worker {
   std::size_t unsent_ = 0;           // push_order_[0, unsent_) has not left in this step yet
   bool overlap_ = false;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
-  const comm::SharedWindow* window_ = nullptr;
+  const comm::SharedWindow* shared_window_ = nullptr;
   comm::RequestSet sends_, receives_;
   metrics::PhaseClock clock_;
   WorkerTimes times_;
