@@ -11,7 +11,7 @@
 // range over --repeats; JSON on stdout (or --out), a table on stderr.
 //
 //   mpiexec -n 2 bench/machine_rates [--repeats 7] [--threads 1,2]
-//       [--hidden 256,128 --batch 8,16,32,64,128,256] [--hidden 4096,4096 --batch 32,64,128,256]
+//       [--hidden 256,128 --batch 8,16,32,43,64,128,256] [--hidden 4096,4096 --batch 32,64,86,128,256]
 //       [--max-bytes 134217728] [--stream-elements 67108864,262144] [--out FILE]
 // Each --hidden starts a network; the --batch after it lists its batch sizes (default: both networks
 // above).
@@ -70,8 +70,10 @@ Config parse(int argc, char** argv) {
     else throw hpcps::Error("machine_rates: unknown option " + flag);
   }
   if (c.nets.empty()) {
-    c.nets.push_back({{256, 128}, {8, 16, 32, 64, 128, 256}});
-    c.nets.push_back({{4096, 4096}, {32, 64, 128, 256}});
+    // 43 and 86: the per-worker batches of strong scaling on 3 workers (bench/scaling_study.py), which
+    // run GEMM ~12% slower than an interpolation between 32 and 64 gives (odd row counts).
+    c.nets.push_back({{256, 128}, {8, 16, 32, 43, 64, 128, 256}});
+    c.nets.push_back({{4096, 4096}, {32, 64, 86, 128, 256}});
   }
   for (auto& n : c.nets) {
     if (n.batches.empty()) n.batches = {128};

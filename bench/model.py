@@ -199,6 +199,34 @@ class Network:
         return max(busiest, (total_messages * t + extra_per_link) / self.cores)
 
 
+class SchedulerRates:
+    """bench/scheduler_rates.py's measurement: seconds of a superstep (c seconds of GEMM per rank,
+    then empty messages and hpcps's wait) on R ranks, pattern "server" (rank 0 waits, the dedicated
+    layout) or "peers" (every rank computes, colocated). factor() is how much slower R ranks make a
+    superstep than the same pattern on no more ranks than cores: the oversubscription slowdown
+    measured on this machine, with nothing of the parameter server in it."""
+
+    def __init__(self, data):
+        self.cores = data["cores"]
+        self.curves = {}
+        for run in data["runs"]:
+            points = sorted(run["points"], key=lambda q: q["compute_seconds"])
+            self.curves[(run["pattern"], run["ranks"])] = (
+                [q["compute_seconds"] for q in points], [q["step_seconds"]["median"] for q in points])
+
+    def step(self, pattern, ranks, compute):
+        xs, ys = self.curves[(pattern, ranks)]
+        return interpolate(xs, ys, compute, log=True)
+
+    def factor(self, layout, ranks, compute):
+        """None when not measured for this many ranks (the caller falls back to a rule)."""
+        pattern = "server" if layout == "dedicated" else "peers"
+        base = min(ranks, self.cores)
+        if ranks <= self.cores or (pattern, ranks) not in self.curves or (pattern, base) not in self.curves:
+            return 1.0 if ranks <= self.cores else None
+        return self.step(pattern, ranks, compute) / self.step(pattern, base, compute)
+
+
 def share(busy, cores, whole=False):
     """How much slower a phase runs with `busy` runnable ranks on `cores` cores: busy / cores when
     the scheduler spreads them evenly over the phase, ceil(busy / cores) (`whole`) when each rank
@@ -221,7 +249,7 @@ PIECE_FLOATS = 1 << 20  # ps::Layout::default_piece_floats: a shard travels as m
 
 
 def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1, oversubscription="busy",
-             pipelined=False, piece_floats=PIECE_FLOATS, shared_memory=False):
+             pipelined=False, piece_floats=PIECE_FLOATS, shared_memory=False, measured_factor=None):
     """Seconds of one synchronous clock. servers = 0: the colocated layout (every rank a worker and the
     server of P/W). `compute` is one worker's gradient time on a core of its own. `shared_memory`:
     the ranks share a node and hpcps's shared-memory transport (Options::shared_memory): a push is
@@ -237,11 +265,18 @@ def ps_clock(rates, net, params, workers, servers, compute, optimizer, threads=1
     # "ranks" slows the compute by all ranks, since the waiting ones poll and stay runnable; "all"
     # slows every phase by all ranks (the same reason, for every phase); "busiest" does what "all"
     # does by the ranks of the busiest core, ceil(ranks / cores).
+    # "measured" slows every phase by `measured_factor`, the slowdown bench/scheduler_rates measured
+    # for a superstep of this compute on this many ranks (1 when they fit the cores).
     whole = oversubscription == "busiest"
-    slow = lambda busy, cores: share(busy, cores, whole)
+    if oversubscription == "measured":
+        if measured_factor is None:
+            raise ValueError("ps_clock: oversubscription 'measured' needs measured_factor")
+        slow = lambda busy, cores: measured_factor
+    else:
+        slow = lambda busy, cores: share(busy, cores, whole)
     busy_compute = ranks * threads if (oversubscription != "busy" or colocated) else workers * threads
     t_compute = compute * slow(busy_compute, cores)
-    everyone = slow(ranks, cores) if oversubscription in ("all", "busiest") else 1.0
+    everyone = slow(ranks, cores) if oversubscription in ("all", "busiest", "measured") else 1.0
     if shared_memory and colocated:
         # Each rank is told by W - 1 others that their gradients are ready, sums W slices of its
         # shard in place, then copies the W - 1 other shards out of their owners' memory.
@@ -326,7 +361,7 @@ def work_depth(rates, net, params, workers, servers_list):
 # Validation against the scaling study
 
 
-def validate(rates, records, optimizer, cores, variants):
+def validate(rates, records, optimizer, cores, variants, scheduler=None):
     rows = []
     for rec in records:
         sizes = layer_sizes(rec["hidden"]) if "hidden" in rec else layer_sizes(rec["model"].split("-")[1:-1])
@@ -344,12 +379,20 @@ def validate(rates, records, optimizer, cores, variants):
                "measured_range": [rec["seconds_per_clock"].get("min"), rec["seconds_per_clock"].get("max")]
                if isinstance(rec["seconds_per_clock"], dict) else None,
                "measured_breakdown": rec.get("breakdown_per_clock"), "compute_detail": detail, "variants": {}}
+        ranks = row["ranks"]
+        factor = None
+        if scheduler is not None and threads == 1:
+            factor = scheduler.factor(row["layout"], ranks, compute)
+        row["scheduler_factor"] = factor
         for name, (comm, over) in variants.items():
             message = rates.message_table if comm == "table" else rates.message_fit
             net = Network("this machine", message, cores)
-            p = ps_clock(rates, net, params, w, s, compute, optimizer, threads, over,
-                         shared_memory=rec.get("shared_memory", False))
-            row["variants"][name] = {"predicted": p["total"], "parts": p,
+            rule = over
+            if over == "measured" and factor is None:
+                rule = "busiest"  # not measured for these ranks or threads: the rule it replaces
+            p = ps_clock(rates, net, params, w, s, compute, optimizer, threads, rule,
+                         shared_memory=rec.get("shared_memory", False), measured_factor=factor)
+            row["variants"][name] = {"predicted": p["total"], "parts": p, "rule": rule,
                                      "relative_error": (p["total"] - measured) / measured}
         rows.append(row)
     return rows
@@ -547,10 +590,13 @@ def main():
     p.add_argument("--cores", type=int, default=0, help="cores of this machine (0: from machine_rates.json)")
     p.add_argument("--comm", default="table", choices=["table", "fit"],
                    help="validation: message time from the measured ping-pong curve or from alpha + m/beta")
-    p.add_argument("--oversubscription", default="busiest", choices=["busy", "ranks", "all", "busiest"],
-                   help="validation, ranks > cores: slow every phase by the busiest core's ranks, ceil(ranks / cores) "
-                        "(busiest), or by ranks / cores (all), the compute only by ranks / cores (ranks), or each "
-                        "phase by its busy ranks / cores (busy)")
+    p.add_argument("--scheduler", default="bench/results/scheduler_rates.json",
+                   help="bench/scheduler_rates.py output: the measured oversubscription slowdown")
+    p.add_argument("--oversubscription", default="measured", choices=["measured", "busy", "ranks", "all", "busiest"],
+                   help="validation, ranks > cores: slow every phase by the slowdown --scheduler measured for a "
+                        "superstep of the same compute on as many ranks (measured; busiest where not measured), "
+                        "by the busiest core's ranks, ceil(ranks / cores) (busiest), by ranks / cores (all), the "
+                        "compute only by ranks / cores (ranks), or each phase by its busy ranks / cores (busy)")
     p.add_argument("--workers", default="8,16,32,64,128,256,512,1024", help="extrapolated worker counts")
     p.add_argument("--small-hidden", default="256,128")
     p.add_argument("--small-worker-batch", type=int, default=64, help="extrapolation: per-worker batch (weak scaling)")
@@ -578,9 +624,23 @@ def main():
             f"b={r['batch']}: {r['gemm_gflops_median']:.0f} GFLOP/s, {r['gradient_seconds']['median'] * 1e3:.2f} ms"
             for r in rows))
 
-    variants = {f"{c}+{o}": (c, o) for c in ("table", "fit") for o in ("all", "busiest", "ranks", "busy")}
+    scheduler = None
+    if os.path.exists(args.scheduler):
+        with open(args.scheduler) as f:
+            scheduler = SchedulerRates(json.load(f))
+        if scheduler.cores != cores:
+            print(f"warning: {args.scheduler} was measured on {scheduler.cores} cores, the rates on {cores}",
+                  file=sys.stderr)
+    elif args.oversubscription == "measured":
+        print(f"{args.scheduler} not found (run bench/scheduler_rates.py): oversubscribed rows use 'busiest'",
+              file=sys.stderr)
+    rules = ("measured", "all", "busiest", "ranks", "busy") if scheduler else ("all", "busiest", "ranks", "busy")
+    variants = {f"{c}+{o}": (c, o) for c in ("table", "fit") for o in rules}
     primary = f"{args.comm}+{args.oversubscription}"
+    if primary not in variants:
+        primary = f"{args.comm}+busiest"
     result = {"benchmark": "model", "rates_file": args.rates, "optimizer": args.optimizer, "cores": cores,
+              "scheduler_file": args.scheduler if scheduler else None,
               "inputs": {"alpha_seconds": rates.alpha, "beta_bytes_per_second": rates.beta,
                          "memory_add_bytes_per_second": rates.bandwidth("add"),
                          "memory_triad_bytes_per_second": rates.bandwidth("triad")},
@@ -588,9 +648,11 @@ def main():
                   "clock": "T = T_compute + (T_push + T_server + T_pull) / K + (K - 1) max(T_push, T_server, T_pull) / K "
                            "with K = ceil(shard / 2^20) pieces (synchronous; K = 1: no overlap)",
                   "compute": "T_compute = GEMM_FLOPs(b) / GEMM_rate(b) + elementwise(b)",
-                  "oversubscription": "on this machine, each phase x ceil(ranks / cores), the busiest core's ranks "
-                                      "(variant 'busiest'; 'all': x max(1, ranks / cores); 'ranks': compute only; "
-                                      "'busy': the ranks working in the phase)",
+                  "oversubscription": "on this machine with ranks > cores, each phase x step_R(c) / step_cores(c), "
+                                      "the measured slowdown of a superstep of c = T_compute seconds of GEMM per rank on R "
+                                      "ranks (bench/scheduler_rates; variant 'measured'); the rules it replaces: x ceil(ranks / "
+                                      "cores) ('busiest'), x max(1, ranks / cores) ('all'), compute only ('ranks'), the ranks "
+                                      "working in the phase ('busy')",
                   "message": "t(m) = alpha + m / beta",
                   "push_dedicated": "T_push = max(link: max(W, S) x t(4P/S), node: W S t(4P/S) / cores); "
                                     "cores = infinity for one rank per node",
@@ -614,7 +676,7 @@ def main():
     else:
         print(f"\n{args.scaling} not found: no validation (run bench/scaling_study.py first)", file=sys.stderr)
     if records:
-        rows = validate(rates, records, args.optimizer, cores, variants)
+        rows = validate(rates, records, args.optimizer, cores, variants, scheduler)
         print_validation(rows, primary)
         summary = summarize_variants(rows, variants)
         print("\nVariants (message time + oversubscription rule): rows within 20%, median and max |error|")
