@@ -70,8 +70,9 @@ Config parse(int argc, char** argv) {
     else throw hpcps::Error("machine_rates: unknown option " + flag);
   }
   if (c.nets.empty()) {
-    // 43 and 86: the per-worker batches of strong scaling on 3 workers (bench/scaling_study.py), which
-    // run GEMM ~12% slower than an interpolation between 32 and 64 gives (odd row counts).
+    // 43 and 86: the per-worker batches of strong scaling on 3 workers (bench/scaling_study.py),
+    // measured rather than interpolated (one run read 12% below the interpolation at 43, the next
+    // on it: this VM's rates drift by that much between runs).
     c.nets.push_back({{256, 128}, {8, 16, 32, 43, 64, 128, 256}});
     c.nets.push_back({{4096, 4096}, {32, 64, 86, 128, 256}});
   }

@@ -15,7 +15,7 @@
 // c is set by repeating one GEMM whose uncontended time is the minimum over many timed calls (the
 // minimum is the run no other rank interrupted, even when ranks share a core). Steps run back to
 // back with no barrier between them (a barrier's own spinning would be measured); rank 0 times
-// each step. Median and range over --repeats, each the mean of enough steps to last >= 0.2 s.
+// each step. Median and range over --repeats, each the mean of at least 5 steps and 0.5 s of compute.
 //
 //   mpiexec -n R bench/scheduler_rates --pattern server|peers [--compute-ms 0.25,0.5,1,2,4,16,64,256]
 //       [--repeats 5] [--out FILE]
@@ -144,10 +144,10 @@ int main(int argc, char** argv) {
     for (double ms : compute_ms) {
       const auto bursts = static_cast<std::size_t>(std::max(1.0, ms * 1e-3 / burst_seconds + 0.5));
       const double compute = static_cast<double>(bursts) * burst_seconds;
-      // Steps per repeat from the uncontended compute and the worst slowdown expected (ranks), so
-      // every rank agrees on the count without measuring first.
-      const auto steps = static_cast<std::size_t>(
-          std::clamp(0.2 / (compute * std::max(1, size / 2) + 20e-6), 3.0, 2000.0));
+      // Steps per repeat from the uncontended compute, so every rank agrees on the count without
+      // measuring first: at least 0.5 s of it and 5 steps (3 steps of 256 ms gave one run's
+      // 2-rank point 1.57x where its neighbours read 1.06-1.14x).
+      const auto steps = static_cast<std::size_t>(std::clamp(0.5 / (compute + 20e-6), 5.0, 4000.0));
       for (int w = 0; w < 2; ++w) step(bursts);
       std::vector<double> times;
       for (int r = 0; r < repeats; ++r) {

@@ -6,7 +6,7 @@ Runs bench/scheduler_rates (see its header) for R = 1 .. --max-ranks ranks in bo
 (rank 0 waits, the others compute: the dedicated layout) and peers (every rank computes:
 colocated), at compute times from 0.25 ms to 256 ms per superstep, and writes one JSON file with
 the seconds of a superstep for every (pattern, R, compute). Each point is the median of --repeats
-timings (>= 0.2 s each) with the range.
+timings (each >= 5 steps and 0.5 s of compute) with the range; about 5 minutes on 2 cores.
 
     bench/scheduler_rates.py                    # R = 1 .. 2 x cores, writes bench/results/scheduler_rates.json
     bench/scheduler_rates.py --max-ranks 3 --compute-ms 0.5,4 --repeats 3 --out /tmp/s.json   # smoke
