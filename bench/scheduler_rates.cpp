@@ -40,18 +40,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-std::vector<double> parse_doubles(const std::string& s) {
-  std::vector<double> out;
-  std::size_t start = 0;
-  while (start < s.size()) {
-    const std::size_t end = s.find(',', start);
-    out.push_back(std::stod(s.substr(start, end - start)));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
 // One burst of the parameter server's compute: a GEMM of the small MLP's first layer on 16 samples,
 // short (~0.1 ms) so that c can be set finely.
 struct Burst {
@@ -77,7 +65,7 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) throw hpcps::Error("scheduler_rates: option " + flag + " needs a value");
       const std::string v = argv[++i];
       if (flag == "--pattern") pattern = v;
-      else if (flag == "--compute-ms") compute_ms = parse_doubles(v);
+      else if (flag == "--compute-ms") compute_ms = hpcps_bench::parse_doubles(v);
       else if (flag == "--repeats") repeats = std::max(1, std::stoi(v));
       else if (flag == "--exchanges") exchanges = std::max(1, std::stoi(v));
       else if (flag == "--out") out = v;

@@ -39,16 +39,26 @@ Summary time_per_call(F&& f, int repeats) {
   return summarize(samples);
 }
 
-inline std::vector<std::size_t> parse_list(const std::string& s) {
-  std::vector<std::size_t> out;
+// "a,b,c" -> {convert("a"), convert("b"), convert("c")}.
+template <class T, class Convert>
+std::vector<T> split_list(const std::string& s, Convert convert) {
+  std::vector<T> out;
   std::size_t start = 0;
   while (start < s.size()) {
     const std::size_t end = s.find(',', start);
-    out.push_back(std::stoul(s.substr(start, end - start)));
+    out.push_back(convert(s.substr(start, end - start)));
     if (end == std::string::npos) break;
     start = end + 1;
   }
   return out;
+}
+
+inline std::vector<std::size_t> parse_list(const std::string& s) {
+  return split_list<std::size_t>(s, [](const std::string& item) { return std::stoul(item); });
+}
+
+inline std::vector<double> parse_doubles(const std::string& s) {
+  return split_list<double>(s, [](const std::string& item) { return std::stod(item); });
 }
 
 }  // namespace hpcps_bench
