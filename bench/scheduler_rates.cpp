@@ -7,10 +7,11 @@
 // memory. Two patterns, the two layouts of the parameter server:
 //  - server: rank 0 computes nothing; the others send to it, it waits for all of them and answers
 //    each (a dedicated server and its workers);
-//  - peers: every rank computes and then sends to and receives from every other (colocated).
+//  - peers: every rank computes and then sends to and receives from every other, --exchanges
+//    times (default 2: a colocated clock's push notifications, then its pull notifications).
 // The model needs nothing of the parameter server here: only how long a superstep of c seconds
 // of compute per rank takes on R ranks of this machine. With R <= cores it is c plus a few
-// microseconds; beyond, it is whatever time slicing and the waiting ranks' polling make it.
+// percent; beyond, it is whatever time slicing and the waiting ranks' polling make it.
 //
 // c is set by repeating one GEMM whose uncontended time is the minimum over many timed calls (the
 // minimum is the run no other rank interrupted, even when ranks share a core). Steps run back to
@@ -18,7 +19,7 @@
 // each step. Median and range over --repeats, each the mean of at least 5 steps and 0.5 s of compute.
 //
 //   mpiexec -n R bench/scheduler_rates --pattern server|peers [--compute-ms 0.25,0.5,1,2,4,16,64,256]
-//       [--repeats 5] [--out FILE]
+//       [--repeats 5] [--exchanges 2] [--out FILE]
 // bench/scheduler_rates.py runs it for R = 1 .. 2 x cores and both patterns.
 #include <algorithm>
 #include <chrono>
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
     json.begin_object().field("benchmark", "scheduler_rates").field("pattern", pattern).field("ranks", size);
     json.field("hardware_threads", static_cast<unsigned long>(std::thread::hardware_concurrency()));
     json.field("burst_seconds", burst_seconds).field("repeats", repeats);
+    if (!server_pattern) json.field("exchanges", exchanges);
     json.key("points").begin_array();
     for (double ms : compute_ms) {
       const auto bursts = static_cast<std::size_t>(std::max(1.0, ms * 1e-3 / burst_seconds + 0.5));
