@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "hpcps/backend/backend_traits.hpp"
@@ -158,6 +159,25 @@ TEMPLATE_TEST_CASE("GEMM providers agree on every transpose case", "[backend]", 
         for (std::size_t i = 0; i < c.size(); ++i) CHECK(c[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-5));
       }
     }
+  }
+}
+
+// BLAS semantics: with beta = 0 the old C is not read (NaN in it must not survive), and only the
+// n columns of each row are written when ldc > n (CblasGemm clears C itself before the call).
+TEMPLATE_TEST_CASE("GEMM with beta = 0 ignores C and keeps to its columns", "[backend]", hpcps::backend::Cpu,
+                   hpcps::backend::CpuEigen) {
+  using hpcps::backend::Transpose;
+  const TestType backend(1);
+  const std::size_t m = 4, n = 3, k = 2, ldc = n + 2;
+  const std::vector<float> a{1, 2, 3, 4, 5, 6, 7, 8}, b{1, 0, -1, 2, 1, 0};
+  const float sentinel = -7.0f;
+  std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+  for (std::size_t i = 0; i < m; ++i) c[i * ldc + n] = c[i * ldc + n + 1] = sentinel;
+  backend.gemm(Transpose::no, Transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), ldc);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < n; ++j) CHECK(c[i * ldc + j] == a[i * k] * b[j] + a[i * k + 1] * b[n + j]);
+    CHECK(c[i * ldc + n] == sentinel);
+    CHECK(c[i * ldc + n + 1] == sentinel);
   }
 }
 

@@ -2,6 +2,7 @@
 // GEMM providers for the CPU backend. Both are well-kept libraries; which one is the default is a
 // measured choice (bench/gemm_shapes.cpp, docs/backends.md), not a guess.
 #include <cstddef>
+#include <cstring>
 
 #include <Eigen/Core>
 #include <cblas.h>
@@ -55,6 +56,14 @@ struct CblasGemm {
   static void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                    std::size_t ldc) {
+    // OpenBLAS clears C for beta = 0 with its own pass (sgemm_beta), which ran at about 13 GB/s and
+    // took ~6% of a training step at 784-256-128-10, batch 128 (perf). memset clears the same
+    // rows faster, and accumulating onto zeros is the same arithmetic, so results are unchanged:
+    // local_training, 1 thread, 5 interleaved pairs, 74.0-75.0k -> 77.1-78.8k samples/s.
+    if (beta == 0.0f) {
+      for (std::size_t r = 0; r < m; ++r) std::memset(c + r * ldc, 0, n * sizeof(float));
+      beta = 1.0f;
+    }
     cblas_sgemm(CblasRowMajor, ta == Transpose::no ? CblasNoTrans : CblasTrans,
                 tb == Transpose::no ? CblasNoTrans : CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
