@@ -220,11 +220,12 @@ class SchedulerRates:
 
     def factor(self, layout, ranks, compute):
         """None when not measured for this many ranks (the caller falls back to a rule)."""
+        if ranks <= self.cores:
+            return 1.0
         pattern = "server" if layout == "dedicated" else "peers"
-        base = min(ranks, self.cores)
-        if ranks <= self.cores or (pattern, ranks) not in self.curves or (pattern, base) not in self.curves:
-            return 1.0 if ranks <= self.cores else None
-        return self.step(pattern, ranks, compute) / self.step(pattern, base, compute)
+        if (pattern, ranks) not in self.curves or (pattern, self.cores) not in self.curves:
+            return None
+        return self.step(pattern, ranks, compute) / self.step(pattern, self.cores, compute)
 
 
 def share(busy, cores, whole=False):

@@ -36,10 +36,7 @@
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
+using hpcps::metrics::seconds_since;
 
 // One burst of the parameter server's compute: a GEMM of the small MLP's first layer on 16 samples,
 // short (~0.1 ms) so that c can be set finely.
@@ -100,29 +97,36 @@ int main(int argc, char** argv) {
     hpcps::comm::RequestSet requests(2 * peers.size());
     const char token = 0;
     std::vector<char> inbox(static_cast<std::size_t>(size), 0);
+    // Each round: post the round's messages, then wait for them all.
+    auto round = [&](auto post) {
+      requests.clear();
+      post();
+      requests.wait_all();
+    };
     auto step = [&](std::size_t bursts) {
       if (computes) {
         for (std::size_t i = 0; i < bursts; ++i) burst();
       }
-      requests.clear();
       if (server_pattern && rank == 0) {
-        for (int p : peers) requests.add(world.irecv(&inbox[static_cast<std::size_t>(p)], 1, p, 1));
-        requests.wait_all();
-        requests.clear();
-        for (int p : peers) requests.add(world.isend(&token, 1, p, 2));
+        round([&] {
+          for (int p : peers) requests.add(world.irecv(&inbox[static_cast<std::size_t>(p)], 1, p, 1));
+        });
+        round([&] {
+          for (int p : peers) requests.add(world.isend(&token, 1, p, 2));
+        });
       } else if (server_pattern) {
-        requests.add(world.isend(&token, 1, 0, 1));
-        requests.add(world.irecv(&inbox[0], 1, 0, 2));
+        round([&] {
+          requests.add(world.isend(&token, 1, 0, 1));
+          requests.add(world.irecv(&inbox[0], 1, 0, 2));
+        });
       } else {
         for (int e = 0; e < exchanges; ++e) {
-          requests.clear();
-          for (int p : peers) requests.add(world.irecv(&inbox[static_cast<std::size_t>(p)], 1, p, 3));
-          for (int p : peers) requests.add(world.isend(&token, 1, p, 3));
-          requests.wait_all();
+          round([&] {
+            for (int p : peers) requests.add(world.irecv(&inbox[static_cast<std::size_t>(p)], 1, p, 3));
+            for (int p : peers) requests.add(world.isend(&token, 1, p, 3));
+          });
         }
-        return;
       }
-      requests.wait_all();
     };
 
     hpcps::metrics::JsonWriter json;
