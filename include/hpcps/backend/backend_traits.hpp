@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "hpcps/backend/gemm.hpp"
+#include "hpcps/backend/window.hpp"
 #include "hpcps/nn/activation.hpp"
 #include "hpcps/nn/batch_stats.hpp"
 
@@ -40,7 +41,41 @@ struct has_kernels<
                        (float*)nullptr, (const std::int32_t*)nullptr, std::size_t{}, std::size_t{}, true))>>
     : std::true_type {};
 
+// The primitives nn's layers need beyond the network ones (docs/layers.md#backend-primitives).
+template <class B, class = void>
+struct has_layer_kernels : std::false_type {};
+template <class B>
+struct has_layer_kernels<
+    B, std::void_t<decltype(B::data(std::declval<typename B::label_buffer_type&>())),
+                   decltype(std::declval<const B&>().im2col((const float*)nullptr, std::size_t{}, Window2d{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().col2im((const float*)nullptr, std::size_t{}, Window2d{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().channel_bias((float*)nullptr, (const float*)nullptr, std::size_t{},
+                                                                  std::size_t{}, std::size_t{})),
+                   decltype(std::declval<const B&>().channel_sums((const float*)nullptr, std::size_t{}, std::size_t{},
+                                                                  std::size_t{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().max_pool((const float*)nullptr, std::size_t{}, Window2d{},
+                                                              (float*)nullptr, (std::int32_t*)nullptr)),
+                   decltype(std::declval<const B&>().max_pool_backward((const float*)nullptr, (const std::int32_t*)nullptr,
+                                                                       std::size_t{}, Window2d{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().avg_pool((const float*)nullptr, std::size_t{}, Window2d{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().avg_pool_backward((const float*)nullptr, std::size_t{}, Window2d{},
+                                                                       (float*)nullptr)),
+                   decltype(std::declval<const B&>().template activation<nn::Relu>((const float*)nullptr, std::size_t{},
+                                                                                   (float*)nullptr)),
+                   decltype(std::declval<const B&>().template activation_gradient<nn::Relu>(
+                       (const float*)nullptr, (const float*)nullptr, std::size_t{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().copy((const float*)nullptr, std::size_t{}, (float*)nullptr)),
+                   decltype(std::declval<const B&>().multiply((const float*)nullptr, (const float*)nullptr, std::size_t{},
+                                                              (float*)nullptr)),
+                   decltype(std::declval<const B&>().dropout_mask((float*)nullptr, std::size_t{}, 1.0f, std::uint64_t{}))>>
+    : std::true_type {};
+
 }  // namespace detail
+
+// Optional: convolution, pooling and the elementwise kernels of nn's layers. Every shipped backend
+// has them; a backend without them still runs nn::Mlp and nn::SoftmaxRegression.
+template <class B>
+inline constexpr bool has_layer_kernels_v = detail::has_layer_kernels<B>::value;
 
 template <class B>
 inline constexpr bool is_backend_v = detail::has_buffers<B>::value && detail::has_kernels<B>::value;

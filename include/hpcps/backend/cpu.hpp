@@ -11,8 +11,11 @@
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/detail/cpu_layer_kernels.hpp"
+#include "hpcps/backend/detail/dropout_hash.hpp"
 #include "hpcps/backend/detail/softmax_row.hpp"
 #include "hpcps/backend/gemm.hpp"
+#include "hpcps/backend/window.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/batch_stats.hpp"
 
@@ -38,6 +41,8 @@ class BasicCpu {
   label_buffer_type make_label_buffer(std::size_t n) const { return label_buffer_type(n, 0); }
   static float* data(buffer_type& b) { return b.data(); }
   static const float* data(const buffer_type& b) { return b.data(); }
+  static std::int32_t* data(label_buffer_type& b) { return b.data(); }
+  static const std::int32_t* data(const label_buffer_type& b) { return b.data(); }
 
   // Where a kernel may read a host array from: the host array itself, no copy.
   const float* stage(const float* host, std::size_t, buffer_type&) const { return host; }
@@ -99,9 +104,119 @@ class BasicCpu {
     return nn::BatchStats{loss, correct, rows};
   }
 
+  // ---- Layer kernels (docs/layers.md#backend-primitives). Samples are NCHW, batch-major. ----
+
+  // cols[n] = im2col of sample n, a [g.patch() x g.out_pixels()] matrix, samples one after another.
+  void im2col(const float* x, std::size_t count, const Window2d& g, float* cols) const {
+    over_samples(count, g.patch() * g.out_pixels(), [&](std::size_t n) {
+      detail::im2col_sample(x + n * g.in_size(), g, cols + n * g.patch() * g.out_pixels());
+    });
+  }
+
+  // dx = the adjoint of im2col (overwritten, not accumulated).
+  void col2im(const float* cols, std::size_t count, const Window2d& g, float* dx) const {
+    over_samples(count, g.patch() * g.out_pixels(), [&](std::size_t n) {
+      detail::col2im_sample(cols + n * g.patch() * g.out_pixels(), g, dx + n * g.in_size());
+    });
+  }
+
+  // y[n][c][p] += bias[c].
+  void channel_bias(float* y, const float* bias, std::size_t count, std::size_t channels, std::size_t pixels) const {
+    over_samples(count, channels * pixels, [&](std::size_t n) {
+      for (std::size_t c = 0; c < channels; ++c) {
+        float* plane = y + (n * channels + c) * pixels;
+        const float b = bias[c];
+#pragma omp simd
+        for (std::size_t p = 0; p < pixels; ++p) plane[p] += b;
+      }
+    });
+  }
+
+  // out[c] = sum over samples and pixels of dy[n][c][p]: a convolution's bias gradient.
+  void channel_sums(const float* dy, std::size_t count, std::size_t channels, std::size_t pixels, float* out) const {
+    for (std::size_t c = 0; c < channels; ++c) {
+      float sum = 0.0f;
+      for (std::size_t n = 0; n < count; ++n) {
+        const float* plane = dy + (n * channels + c) * pixels;
+        for (std::size_t p = 0; p < pixels; ++p) sum += plane[p];
+      }
+      out[c] = sum;
+    }
+  }
+
+  // y = window maxima; argmax[n][c][o] = the maximum's index within its input plane (iy * width + ix).
+  void max_pool(const float* x, std::size_t count, const Window2d& g, float* y, std::int32_t* argmax) const {
+    over_samples(count, g.in_size(), [&](std::size_t n) {
+      detail::max_pool_sample(x + n * g.in_size(), g, y + n * g.out_size(), argmax + n * g.out_size());
+    });
+  }
+
+  // dx = dy routed back to each window's maximum (overwritten).
+  void max_pool_backward(const float* dy, const std::int32_t* argmax, std::size_t count, const Window2d& g,
+                         float* dx) const {
+    over_samples(count, g.in_size(), [&](std::size_t n) {
+      detail::max_pool_backward_sample(dy + n * g.out_size(), argmax + n * g.out_size(), g, dx + n * g.in_size());
+    });
+  }
+
+  void avg_pool(const float* x, std::size_t count, const Window2d& g, float* y) const {
+    over_samples(count, g.in_size(), [&](std::size_t n) {
+      detail::avg_pool_sample(x + n * g.in_size(), g, y + n * g.out_size());
+    });
+  }
+
+  void avg_pool_backward(const float* dy, std::size_t count, const Window2d& g, float* dx) const {
+    over_samples(count, g.in_size(), [&](std::size_t n) {
+      detail::avg_pool_backward_sample(dy + n * g.out_size(), g, dx + n * g.in_size());
+    });
+  }
+
+  // y = Act(x), out of place.
+  template <class Activation>
+  void activation(const float* x, std::size_t n, float* y) const {
+    const auto total = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for simd num_threads(threads_) if (parallel : threads_ > 1 && n > parallel_threshold)
+    for (std::ptrdiff_t i = 0; i < total; ++i) y[i] = Activation::forward(x[i]);
+  }
+
+  // dx = dy * Act'(.) given the activation's outputs y; dx may be dy.
+  template <class Activation>
+  void activation_gradient(const float* dy, const float* y, std::size_t n, float* dx) const {
+    const auto total = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for simd num_threads(threads_) if (parallel : threads_ > 1 && n > parallel_threshold)
+    for (std::ptrdiff_t i = 0; i < total; ++i) dx[i] = dy[i] * Activation::derivative_from_output(y[i]);
+  }
+
+  void copy(const float* src, std::size_t n, float* dst) const { std::copy(src, src + n, dst); }
+
+  // out = a * b elementwise; out may be a or b.
+  void multiply(const float* a, const float* b, std::size_t n, float* out) const {
+    const auto total = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for simd num_threads(threads_) if (parallel : threads_ > 1 && n > parallel_threshold)
+    for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = a[i] * b[i];
+  }
+
+  // mask[i] = 1/keep with probability keep, else 0, as a function of (seed, i) only.
+  void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed) const {
+    const auto total = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(threads_) if (threads_ > 1 && n > parallel_threshold)
+    for (std::ptrdiff_t i = 0; i < total; ++i) {
+      mask[i] = detail::dropout_mask_value(seed, static_cast<std::size_t>(i), keep);
+    }
+  }
+
  private:
   // Below this many elements a parallel region costs more than it saves.
   static constexpr std::size_t parallel_threshold = 1u << 15;
+  // Runs body(n) for every sample, over the backend's threads when the batch holds enough work
+  // (`per_sample` elements each) to pay for a parallel region. Each sample has one writer.
+  template <class Body>
+  void over_samples(std::size_t count, std::size_t per_sample, Body&& body) const {
+    const auto total = static_cast<std::ptrdiff_t>(count);
+#pragma omp parallel for num_threads(threads_) if (threads_ > 1 && count > 1 && count * per_sample > parallel_threshold)
+    for (std::ptrdiff_t n = 0; n < total; ++n) body(static_cast<std::size_t>(n));
+  }
+
   int threads_ = 1;
 };
 

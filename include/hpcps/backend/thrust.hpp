@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <fmt/format.h>
+#include <thrust/copy.h>
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -29,6 +30,7 @@
 
 #include "hpcps/backend/detail/thrust_kernels.hpp"
 #include "hpcps/backend/gemm.hpp"
+#include "hpcps/backend/window.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/batch_stats.hpp"
 
@@ -103,6 +105,8 @@ class Thrust {
   label_buffer_type make_label_buffer(std::size_t n) const { return label_buffer_type(n, 0); }
   static float* data(buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
   static const float* data(const buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
+  static std::int32_t* data(label_buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
+  static const std::int32_t* data(const label_buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
 
   // A host array as kernels can read it: the array itself on host systems, else a copy in `buffer`.
   const float* stage(const float* host, std::size_t n, buffer_type& buffer) const {
@@ -179,11 +183,62 @@ class Thrust {
     return nn::BatchStats{loss_sum, correct, rows};
   }
 
+  // ---- Layer kernels: the same contracts as backend::BasicCpu's (docs/layers.md#backend-primitives),
+  // one Thrust work item per output element. ----
+
+  void im2col(const float* x, std::size_t count, const Window2d& g, float* cols) const {
+    each(count * g.patch() * g.out_pixels(), detail::Im2col{x, cols, g});
+  }
+  void col2im(const float* cols, std::size_t count, const Window2d& g, float* dx) const {
+    each(count * g.in_size(), detail::Col2im{cols, dx, g});
+  }
+  void channel_bias(float* y, const float* bias, std::size_t count, std::size_t channels, std::size_t pixels) const {
+    each(count * channels * pixels, detail::ChannelBias{y, bias, channels, pixels});
+  }
+  void channel_sums(const float* dy, std::size_t count, std::size_t channels, std::size_t pixels, float* out) const {
+    each(channels, detail::ChannelSum{dy, out, count, channels, pixels});
+  }
+  void max_pool(const float* x, std::size_t count, const Window2d& g, float* y, std::int32_t* argmax) const {
+    each(count * g.out_size(), detail::MaxPool{x, y, argmax, g});
+  }
+  void max_pool_backward(const float* dy, const std::int32_t* argmax, std::size_t count, const Window2d& g,
+                         float* dx) const {
+    each(count * g.in_size(), detail::MaxPoolBackward{dy, argmax, dx, g});
+  }
+  void avg_pool(const float* x, std::size_t count, const Window2d& g, float* y) const {
+    each(count * g.out_size(), detail::AvgPool{x, y, g});
+  }
+  void avg_pool_backward(const float* dy, std::size_t count, const Window2d& g, float* dx) const {
+    each(count * g.in_size(), detail::AvgPoolBackward{dy, dx, g});
+  }
+  template <class Activation>
+  void activation(const float* x, std::size_t n, float* y) const {
+    each(n, detail::ActivationForward<Activation>{x, y});
+  }
+  template <class Activation>
+  void activation_gradient(const float* dy, const float* y, std::size_t n, float* dx) const {
+    each(n, detail::ActivationGradient<Activation>{dy, y, dx});
+  }
+  void copy(const float* src, std::size_t n, float* dst) const {
+    thrust::copy(System::policy(*context_), src, src + n, dst);
+  }
+  void multiply(const float* a, const float* b, std::size_t n, float* out) const {
+    each(n, detail::Multiply{a, b, out});
+  }
+  void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed) const {
+    each(n, detail::DropoutMask{mask, keep, seed});
+  }
+
  private:
   struct Scratch {
     typename System::template vector<double> loss;
     typename System::template vector<std::uint32_t> hit;
   };
+  template <class Functor>
+  void each(std::size_t n, Functor f) const {
+    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0),
+                     thrust::counting_iterator<std::size_t>(n), f);
+  }
   static int check_threads(int threads) {
     if (threads < 1) throw Error(fmt::format("backend::Thrust: thread count must be >= 1, got {}", threads));
     return threads;

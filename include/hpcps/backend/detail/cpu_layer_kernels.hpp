@@ -1,0 +1,131 @@
+#pragma once
+// backend::BasicCpu's convolution and pooling work for ONE sample; the backend runs them over the
+// batch (in parallel when it has threads), so each sample is written by one thread and the
+// scatter-adds of the backward passes need no atomics.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "hpcps/backend/window.hpp"
+
+namespace hpcps::backend::detail {
+
+// cols[(c * k + ki) * k + kj][oy * ow + ox] = x[c][oy * s + ki - p][ox * s + kj - p], 0 outside.
+inline void im2col_sample(const float* x, const Window2d& g, float* cols) {
+  const std::size_t k = g.window, P = g.out_pixels();
+  const auto H = static_cast<std::ptrdiff_t>(g.height), W = static_cast<std::ptrdiff_t>(g.width);
+  const auto pad = static_cast<std::ptrdiff_t>(g.padding), s = static_cast<std::ptrdiff_t>(g.stride);
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    const float* plane = x + c * g.in_pixels();
+    for (std::size_t ki = 0; ki < k; ++ki) {
+      for (std::size_t kj = 0; kj < k; ++kj) {
+        float* row = cols + ((c * k + ki) * k + kj) * P;
+        for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+          float* out = row + oy * g.out_width;
+          const std::ptrdiff_t iy = static_cast<std::ptrdiff_t>(oy) * s + static_cast<std::ptrdiff_t>(ki) - pad;
+          if (iy < 0 || iy >= H) {
+            std::fill(out, out + g.out_width, 0.0f);
+            continue;
+          }
+          const float* in = plane + iy * W;
+          for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+            const std::ptrdiff_t ix = static_cast<std::ptrdiff_t>(ox) * s + static_cast<std::ptrdiff_t>(kj) - pad;
+            out[ox] = ix >= 0 && ix < W ? in[ix] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: dx[c][iy][ix] = sum of the cols entries im2col copied from it.
+inline void col2im_sample(const float* cols, const Window2d& g, float* dx) {
+  const std::size_t k = g.window, P = g.out_pixels();
+  const auto H = static_cast<std::ptrdiff_t>(g.height), W = static_cast<std::ptrdiff_t>(g.width);
+  const auto pad = static_cast<std::ptrdiff_t>(g.padding), s = static_cast<std::ptrdiff_t>(g.stride);
+  std::fill(dx, dx + g.in_size(), 0.0f);
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    float* plane = dx + c * g.in_pixels();
+    for (std::size_t ki = 0; ki < k; ++ki) {
+      for (std::size_t kj = 0; kj < k; ++kj) {
+        const float* row = cols + ((c * k + ki) * k + kj) * P;
+        for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+          const std::ptrdiff_t iy = static_cast<std::ptrdiff_t>(oy) * s + static_cast<std::ptrdiff_t>(ki) - pad;
+          if (iy < 0 || iy >= H) continue;
+          const float* in = row + oy * g.out_width;
+          float* out = plane + iy * W;
+          for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+            const std::ptrdiff_t ix = static_cast<std::ptrdiff_t>(ox) * s + static_cast<std::ptrdiff_t>(kj) - pad;
+            if (ix >= 0 && ix < W) out[ix] += in[ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+// y = the largest element of each window (the first one on ties), argmax = its index in the plane.
+inline void max_pool_sample(const float* x, const Window2d& g, float* y, std::int32_t* argmax) {
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    const float* plane = x + c * g.in_pixels();
+    for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+      for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+        std::size_t best = oy * g.stride * g.width + ox * g.stride;
+        for (std::size_t wy = 0; wy < g.window; ++wy) {
+          for (std::size_t wx = 0; wx < g.window; ++wx) {
+            const std::size_t at = (oy * g.stride + wy) * g.width + ox * g.stride + wx;
+            if (plane[at] > plane[best]) best = at;
+          }
+        }
+        const std::size_t o = (c * g.out_height + oy) * g.out_width + ox;
+        y[o] = plane[best];
+        argmax[o] = static_cast<std::int32_t>(best);
+      }
+    }
+  }
+}
+
+inline void max_pool_backward_sample(const float* dy, const std::int32_t* argmax, const Window2d& g, float* dx) {
+  std::fill(dx, dx + g.in_size(), 0.0f);
+  const std::size_t P = g.out_pixels();
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    float* plane = dx + c * g.in_pixels();
+    for (std::size_t o = 0; o < P; ++o) plane[argmax[c * P + o]] += dy[c * P + o];
+  }
+}
+
+inline void avg_pool_sample(const float* x, const Window2d& g, float* y) {
+  const float inv = 1.0f / static_cast<float>(g.window * g.window);
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    const float* plane = x + c * g.in_pixels();
+    for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+      for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+        float sum = 0.0f;
+        for (std::size_t wy = 0; wy < g.window; ++wy) {
+          const float* row = plane + (oy * g.stride + wy) * g.width + ox * g.stride;
+          for (std::size_t wx = 0; wx < g.window; ++wx) sum += row[wx];
+        }
+        y[(c * g.out_height + oy) * g.out_width + ox] = sum * inv;
+      }
+    }
+  }
+}
+
+inline void avg_pool_backward_sample(const float* dy, const Window2d& g, float* dx) {
+  const float inv = 1.0f / static_cast<float>(g.window * g.window);
+  std::fill(dx, dx + g.in_size(), 0.0f);
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    float* plane = dx + c * g.in_pixels();
+    for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+      for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+        const float d = dy[(c * g.out_height + oy) * g.out_width + ox] * inv;
+        for (std::size_t wy = 0; wy < g.window; ++wy) {
+          float* row = plane + (oy * g.stride + wy) * g.width + ox * g.stride;
+          for (std::size_t wx = 0; wx < g.window; ++wx) row[wx] += d;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace hpcps::backend::detail
