@@ -1,0 +1,251 @@
+#pragma once
+// A network type composed of layers at compile time and sized at run time:
+//
+//   using Net = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Flatten, nn::Dense>;
+//   const Net net(nn::Shape{1, 28, 28}, {{32, 5, 2}, {}, {2}, {}, {10}});
+//
+// Each layer is built from the shape the layer before it produces, so only the input shape is
+// given. The last layer's outputs are the logits of a softmax cross-entropy. The flat parameter
+// vector is the layers' parameters one after another. Satisfies the network concept
+// (nn/network_traits.hpp), gradient progress included: nothing in ps/ knows about layers.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hpcps/data/random.hpp"
+#include "hpcps/error.hpp"
+#include "hpcps/nn/activation.hpp"
+#include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/nn/detail/chunks.hpp"
+#include "hpcps/nn/layer_traits.hpp"
+#include "hpcps/nn/layers/activation_layer.hpp"
+#include "hpcps/nn/shape.hpp"
+
+namespace hpcps::nn {
+namespace detail {
+
+// An activation policy in a layer list stands for its ActivationLayer.
+template <class L, bool = is_activation_v<L> && !is_layer_v<L>>
+struct layer_for {
+  using type = L;
+};
+template <class L>
+struct layer_for<L, true> {
+  using type = ActivationLayer<L>;
+};
+
+}  // namespace detail
+
+template <class L>
+using layer_for_t = typename detail::layer_for<L>::type;
+
+template <class... Layers>
+class Sequential {
+  static_assert(sizeof...(Layers) > 0, "hpcps: nn::Sequential needs at least one layer; see docs/layers.md");
+  static_assert((check_layer<layer_for_t<Layers>>() && ...));
+
+  using Indices = std::index_sequence_for<Layers...>;
+
+ public:
+  static constexpr std::size_t layer_count = sizeof...(Layers);
+  using layer_types = std::tuple<layer_for_t<Layers>...>;
+  template <std::size_t I>
+  using layer_type = std::tuple_element_t<I, layer_types>;
+  // One Config per layer, in order: Net(shape, {{32, 5, 2}, {}, {2}, ...}).
+  using Configs = std::tuple<typename layer_for_t<Layers>::Config...>;
+
+  // Scratch memory for backend B sized for max_batch samples: every layer's output, two gradient
+  // buffers used in turn, and each layer's own workspace. The training step allocates nothing.
+  template <class B>
+  struct Workspace {
+    std::size_t max_batch = 0;
+    std::tuple<typename layer_for_t<Layers>::template Workspace<B>...> layers;
+    std::vector<typename B::buffer_type> activations;  // activations[i]: layer i's output
+    typename B::buffer_type delta_a, delta_b;
+    typename B::buffer_type input_stage;
+    typename B::label_buffer_type label_stage;
+  };
+
+  Sequential(Shape input, const Configs& configs) : input_(input), layers_(build<0>(input, configs)) {
+    if (input.size() == 0) throw Error(fmt::format("nn::Sequential: the input shape {} is empty", input));
+    std::size_t offset = 0;
+    std::size_t i = 0;
+    first_trainable_ = layer_count;
+    std::apply(
+        [&](const auto&... layer) {
+          ((offsets_[i] = offset, shapes_[i] = layer.output_shape(), offset += layer.parameter_count(),
+            first_trainable_ = (first_trainable_ == layer_count && layer.parameter_count() > 0) ? i : first_trainable_,
+            ++i),
+           ...);
+        },
+        layers_);
+    parameter_count_ = offset;
+  }
+
+  std::size_t parameter_count() const { return parameter_count_; }
+  std::size_t input_size() const { return input_.size(); }
+  std::size_t output_size() const { return shapes_[layer_count - 1].size(); }
+  Shape input_shape() const { return input_; }
+  // Layer i's output shape, and where its parameters begin in the flat vector.
+  Shape output_shape(std::size_t i) const { return shapes_.at(i); }
+  std::size_t parameter_offset(std::size_t i) const { return offsets_.at(i); }
+  template <std::size_t I>
+  const layer_type<I>& layer() const {
+    return std::get<I>(layers_);
+  }
+
+  // "sequential[1x28x28 -> conv2d 32x28x28 -> relu 32x28x28 -> ... -> dense 10]"
+  std::string describe() const {
+    std::string text = fmt::format("sequential[{}", input_);
+    std::size_t i = 0;
+    ((text += fmt::format(" -> {} {}", layer_for_t<Layers>::name, shapes_[i++])), ...);
+    return text + "]";
+  }
+
+  // Each layer initialises its own slice from one generator, layer after layer: the same seed
+  // gives the same vector.
+  void initialize(float* params, std::uint64_t seed) const {
+    data::Rng rng(seed);
+    std::size_t i = 0;
+    std::apply([&](const auto&... layer) { ((layer.initialize(params + offsets_[i++], rng)), ...); }, layers_);
+  }
+
+  template <class B>
+  Workspace<B> make_workspace(const B& backend, std::size_t max_batch) const {
+    static_assert((check_layer_for<layer_for_t<Layers>, B>() && ...));
+    Workspace<B> ws;
+    ws.max_batch = max_batch;
+    ws.layers = std::apply(
+        [&](const auto&... layer) { return std::make_tuple(layer.make_workspace(backend, max_batch)...); }, layers_);
+    std::size_t widest = 0;
+    for (const Shape& s : shapes_) {
+      ws.activations.push_back(backend.make_buffer(max_batch * s.size()));
+      widest = std::max(widest, s.size());
+    }
+    ws.delta_a = backend.make_buffer(max_batch * widest);
+    ws.delta_b = backend.make_buffer(max_batch * widest);
+    if constexpr (!B::host_accessible) {
+      ws.input_stage = backend.make_buffer(max_batch * input_size());
+      ws.label_stage = backend.make_label_buffer(max_batch);
+    }
+    return ws;
+  }
+
+  // grad := sum over the batch of d(cross-entropy)/d(params), in the backend's memory.
+  template <class B>
+  BatchStats gradient(const B& backend, Workspace<B>& ws, const float* params, const float* inputs,
+                      const std::int32_t* labels, std::size_t count, float* grad) const {
+    return gradient(backend, ws, params, inputs, labels, count, grad, [](std::size_t) {});
+  }
+
+  // The same, calling ready(begin) once grad[begin, parameter_count()) is final: after each layer
+  // that has parameters, last layer first.
+  template <class B, class Ready>
+  BatchStats gradient(const B& backend, Workspace<B>& ws, const float* params, const float* inputs,
+                      const std::int32_t* labels, std::size_t count, float* grad, Ready&& ready) const {
+    detail::check_batch_fits(*this, count, ws.max_batch);
+    const float* x = backend.stage(inputs, count * input_size(), ws.input_stage);
+    const std::int32_t* y = backend.stage(labels, count, ws.label_stage);
+    forward(backend, ws, params, x, count, true);
+    // The softmax writes its gradient in place: on a copy, so every layer's output stays what
+    // its backward pass may read (an activation's derivative is computed from its output).
+    float* delta = B::data(ws.delta_a);
+    backend.copy(B::data(ws.activations.back()), count * output_size(), delta);
+    const BatchStats stats = backend.softmax_cross_entropy(delta, y, count, output_size(), true);
+    backward(backend, ws, params, x, count, grad, delta, ready, std::make_index_sequence<layer_count>{});
+    return stats;
+  }
+
+  // Loss and accuracy over any number of samples, in workspace-sized chunks, layers in
+  // evaluation mode (dropout off). Leaves the last chunk's logits in ws.activations.back().
+  template <class B>
+  BatchStats evaluate(const B& backend, Workspace<B>& ws, const float* params, const float* inputs,
+                      const std::int32_t* labels, std::size_t count) const {
+    return detail::sum_over_chunks(count, ws.max_batch, [&](std::size_t begin, std::size_t n) {
+      const float* x = backend.stage(inputs + begin * input_size(), n * input_size(), ws.input_stage);
+      const std::int32_t* y = backend.stage(labels + begin, n, ws.label_stage);
+      forward(backend, ws, params, x, n, false);
+      return backend.softmax_cross_entropy(B::data(ws.activations.back()), y, n, output_size(), false);
+    });
+  }
+
+  // Every layer's forward pass on `count` samples already in the backend's memory; layer i's
+  // output lands in ws.activations[i].
+  template <class B>
+  void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+               bool training) const {
+    forward(backend, ws, params, x, count, training, Indices{});
+  }
+
+ private:
+  // Layer I built from the shape before it; its error names its place in the list.
+  template <std::size_t I>
+  static auto build(Shape in, const Configs& configs) {
+    using L = layer_type<I>;
+    L layer = make_layer<I>(in, std::get<I>(configs));
+    if constexpr (I + 1 == layer_count) {
+      return std::tuple<L>(std::move(layer));
+    } else {
+      const Shape out = layer.output_shape();
+      auto rest = build<I + 1>(out, configs);
+      return std::tuple_cat(std::tuple<L>(std::move(layer)), std::move(rest));
+    }
+  }
+  template <std::size_t I>
+  static layer_type<I> make_layer(Shape in, const typename layer_type<I>::Config& config) {
+    using L = layer_type<I>;
+    try {
+      L layer(in, config);
+      if (layer.output_shape().size() == 0) throw Error(fmt::format("output shape {} is empty", layer.output_shape()));
+      return layer;
+    } catch (const Error& e) {
+      throw Error(fmt::format("nn::Sequential layer {} ({}), input {}: {}", I, L::name, in, e.what()));
+    }
+  }
+
+  template <class B, std::size_t... I>
+  void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+               bool training, std::index_sequence<I...>) const {
+    (std::get<I>(layers_).forward(backend, std::get<I>(ws.layers), params + offsets_[I],
+                                  I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]), count,
+                                  B::data(ws.activations[I]), training),
+     ...);
+  }
+
+  // Layers from last to first; those below the first layer with parameters are skipped (their
+  // input gradient would reach nothing), and that layer gets dx = nullptr.
+  template <class B, class Ready, std::size_t... I>
+  void backward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+                float* grad, float* delta, Ready& ready, std::index_sequence<I...>) const {
+    (backward_layer<layer_count - 1 - I>(backend, ws, params, x, count, grad, delta, ready), ...);
+  }
+  template <std::size_t I, class B, class Ready>
+  void backward_layer(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+                      float* grad, float*& delta, Ready& ready) const {
+    if (I < first_trainable_) return;
+    const auto& layer = std::get<I>(layers_);
+    float* dx = nullptr;
+    if (I > first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
+    const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
+    layer.backward(backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I]), delta,
+                   count, dx, grad + offsets_[I]);
+    if (layer.parameter_count() > 0) ready(offsets_[I]);
+    delta = dx;
+  }
+
+  Shape input_;
+  layer_types layers_;
+  std::array<Shape, layer_count> shapes_{};
+  std::array<std::size_t, layer_count> offsets_{};
+  std::size_t first_trainable_ = 0;
+  std::size_t parameter_count_ = 0;
+};
+
+}  // namespace hpcps::nn

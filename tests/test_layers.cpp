@@ -1,0 +1,680 @@
+// Layers and nn::Sequential: every layer's gradient against central finite differences (inputs
+// and parameters), the backends against each other within a bound derived from the arithmetic,
+// shape inference and its errors, dropout's repeatable mask, nn::Mlp's gradient from the same
+// layers, no allocation in the steady-state step, and the user-written layer of docs/layers.md.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hpcps/backend/backend_traits.hpp"
+#include "hpcps/backend/cpu.hpp"
+#include "hpcps/data/random.hpp"
+#include "hpcps/nn/layers.hpp"
+#include "hpcps/nn/mlp.hpp"
+#include "hpcps/nn/network_traits.hpp"
+#if defined(HPCPS_TEST_THRUST)
+#include "hpcps/backend/thrust.hpp"
+#endif
+
+#include "counting_new.hpp"
+
+namespace nn = hpcps::nn;
+using hpcps::backend::Cpu;
+using hpcps::backend::CpuEigen;
+using nn::Shape;
+
+// ---- The user-written layer of docs/layers.md ("Writing your own layer"), verbatim. ----
+// [user-layer]
+#include <hpcps/nn/layers.hpp>
+
+// A learned offset per channel: y[n][c][p] = x[n][c][p] + b[c].
+class Shift {
+ public:
+  struct Config {};
+  static constexpr const char* name = "shift";
+
+  Shift(hpcps::nn::Shape input, const Config&) : shape_(input) {}
+  hpcps::nn::Shape output_shape() const { return shape_; }
+  std::size_t parameter_count() const { return shape_.channels; }
+  void initialize(float* params, hpcps::data::Rng&) const { std::fill(params, params + shape_.channels, 0.0f); }
+
+  template <class B>
+  struct Workspace {};
+  template <class B>
+  Workspace<B> make_workspace(const B&, std::size_t /*max_batch*/) const { return {}; }
+
+  template <class B>
+  void forward(const B& backend, Workspace<B>&, const float* params, const float* x, std::size_t count, float* y,
+               bool /*training*/) const {
+    backend.copy(x, count * shape_.size(), y);
+    backend.channel_bias(y, params, count, shape_.channels, shape_.pixels());
+  }
+  template <class B>
+  void backward(const B& backend, Workspace<B>&, const float* /*params*/, const float* /*x*/, const float* /*y*/,
+                const float* dy, std::size_t count, float* dx, float* grad) const {
+    backend.channel_sums(dy, count, shape_.channels, shape_.pixels(), grad);
+    if (dx != nullptr) backend.copy(dy, count * shape_.size(), dx);
+  }
+
+ private:
+  hpcps::nn::Shape shape_;
+};
+// [user-layer]
+
+// The concepts, as the compiler sees them.
+static_assert(nn::is_layer_v<nn::Dense> && nn::is_layer_v<nn::Conv2d> && nn::is_layer_v<nn::MaxPool2d>);
+static_assert(nn::is_layer_v<nn::AvgPool2d> && nn::is_layer_v<nn::Flatten> && nn::is_layer_v<nn::Dropout>);
+static_assert(nn::is_layer_v<nn::ActivationLayer<nn::Relu>> && nn::is_layer_v<Shift>);
+static_assert(nn::is_layer_for_v<nn::Conv2d, Cpu> && nn::is_layer_for_v<Shift, CpuEigen>);
+static_assert(!nn::is_layer_v<nn::Relu> && nn::is_activation_v<nn::Relu> && !nn::is_layer_v<int>);
+static_assert(!nn::is_layer_v<nn::Mlp<>>);
+static_assert(std::is_same_v<nn::layer_for_t<nn::Tanh>, nn::ActivationLayer<nn::Tanh>>);
+static_assert(std::is_same_v<nn::layer_for_t<nn::Dense>, nn::Dense>);
+static_assert(hpcps::backend::has_layer_kernels_v<Cpu> && hpcps::backend::has_layer_kernels_v<CpuEigen>);
+static_assert(hpcps::backend::is_backend_v<Cpu> && !hpcps::backend::has_layer_kernels_v<int>);
+using ExampleCnn = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Conv2d, nn::Relu, nn::MaxPool2d,
+                                  nn::Flatten, nn::Dense, nn::Relu, nn::Dense>;
+static_assert(nn::is_network_v<ExampleCnn> && nn::is_network_for_v<ExampleCnn, Cpu>);
+static_assert(nn::reports_gradient_progress_v<ExampleCnn, Cpu>);
+#if defined(HPCPS_TEST_THRUST)
+static_assert(hpcps::backend::has_layer_kernels_v<hpcps::backend::ThrustOmp>);
+static_assert(hpcps::backend::is_backend_v<hpcps::backend::ThrustOmp>);
+static_assert(nn::is_network_for_v<ExampleCnn, hpcps::backend::ThrustOmp>);
+#endif
+
+namespace {
+
+std::uint64_t fresh_seed() {
+  if (const char* s = std::getenv("HPCPS_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+}
+
+// How a layer's test inputs are drawn: kinks (ReLU at 0, a max pool's ties) must stay further
+// from every input than the finite-difference step, or the numeric derivative is meaningless.
+enum class Inputs { normal, away_from_zero, distinct };
+
+std::vector<float> draw_inputs(std::size_t n, Inputs kind, hpcps::data::Rng& rng) {
+  std::vector<float> x(n);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  if (kind == Inputs::away_from_zero) {
+    for (float& v : x) v = (v < 0.0f ? -1.0f : 1.0f) * (0.1f + std::abs(v));
+  } else if (kind == Inputs::distinct) {
+    // A shuffled ladder: any two values differ by at least 0.05.
+    for (std::size_t i = 0; i < n; ++i) x[i] = 0.05f * (static_cast<float>(i) - static_cast<float>(n) / 2.0f);
+    hpcps::data::shuffle(x.begin(), x.end(), rng);
+  }
+  return x;
+}
+
+struct LayerData {
+  std::vector<float> params, x, dy;
+};
+
+template <class L>
+LayerData draw_layer_data(const L& layer, Shape in, std::size_t count, Inputs kind, std::uint64_t seed) {
+  hpcps::data::Rng rng(seed);
+  LayerData d;
+  d.params.resize(layer.parameter_count());
+  layer.initialize(d.params.data(), rng);
+  for (float& p : d.params) p += 0.1f * hpcps::data::normal_float(rng);  // biases away from 0 too
+  d.x = draw_inputs(count * in.size(), kind, rng);
+  d.dy.resize(count * layer.output_shape().size());
+  for (float& v : d.dy) v = hpcps::data::normal_float(rng);
+  return d;
+}
+
+struct LayerResult {
+  std::vector<float> y, dx, grad;
+};
+
+// One forward (training mode) and one backward pass of `layer` on `backend`, from host arrays, in
+// a fresh workspace (so a dropout layer uses the mask of its first pass every time).
+template <class L, class B>
+LayerResult run_layer(const L& layer, const B& backend, Shape in, std::size_t count, const LayerData& d,
+                      bool backward = true) {
+  auto ws = layer.make_workspace(backend, count);
+  const auto buffer = [&](const std::vector<float>& host) {
+    auto b = backend.make_buffer(std::max<std::size_t>(host.size(), 1));
+    if (!host.empty()) backend.upload(host.data(), host.size(), B::data(b));
+    return b;
+  };
+  const std::size_t out = count * layer.output_shape().size();
+  auto params = buffer(d.params), x = buffer(d.x), dy = buffer(d.dy);
+  auto y = backend.make_buffer(out), dx = backend.make_buffer(count * in.size());
+  auto grad = backend.make_buffer(std::max<std::size_t>(d.params.size(), 1));
+  layer.forward(backend, ws, B::data(params), B::data(x), count, B::data(y), true);
+  LayerResult r{std::vector<float>(out), {}, {}};
+  backend.download(B::data(y), out, r.y.data());
+  if (!backward) return r;
+  layer.backward(backend, ws, B::data(params), B::data(x), B::data(y), B::data(dy), count, B::data(dx), B::data(grad));
+  r.dx.resize(count * in.size());
+  r.grad.resize(d.params.size());
+  backend.download(B::data(dx), r.dx.size(), r.dx.data());
+  backend.download(B::data(grad), r.grad.size(), r.grad.data());
+  return r;
+}
+
+// loss = sum_i dy_i * y_i in double, so d(loss)/d(anything) is what backward computes from dy.
+template <class L>
+double probe_loss(const L& layer, Shape in, std::size_t count, const LayerData& d) {
+  const LayerResult r = run_layer(layer, Cpu(1), in, count, d, false);
+  double loss = 0.0;
+  for (std::size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(d.dy[i]) * r.y[i];
+  return loss;
+}
+
+struct FiniteDifferenceErrors {
+  double params = 0.0, inputs = 0.0;  // largest |analytic - numeric| / max(1, |numeric|)
+  std::size_t checked = 0;
+};
+
+// Central differences of probe_loss against backward's grad and dx, on up to ~60 coordinates of
+// each. `scale_analytic` != 1 corrupts the analytic values: the check must then fail.
+template <class L>
+FiniteDifferenceErrors finite_difference_errors(const L& layer, Shape in, std::size_t count, Inputs kind,
+                                                std::uint64_t seed, double scale_analytic = 1.0) {
+  LayerData d = draw_layer_data(layer, in, count, kind, seed);
+  const LayerResult analytic = run_layer(layer, Cpu(1), in, count, d);
+  const float h = 1e-2f;
+  FiniteDifferenceErrors e;
+  const auto check = [&](std::vector<float>& values, const std::vector<float>& derivative, double& worst) {
+    for (std::size_t i = 0; i < values.size(); i += 1 + values.size() / 60) {
+      const float saved = values[i];
+      values[i] = saved + h;
+      const double up = probe_loss(layer, in, count, d);
+      values[i] = saved - h;
+      const double down = probe_loss(layer, in, count, d);
+      values[i] = saved;
+      const double numeric = (up - down) / (2.0 * h);
+      worst = std::max(worst, std::abs(numeric - scale_analytic * derivative[i]) / std::max(1.0, std::abs(numeric)));
+      ++e.checked;
+    }
+  };
+  check(d.params, analytic.grad, e.params);
+  check(d.x, analytic.dx, e.inputs);
+  return e;
+}
+
+template <class L>
+void check_finite_differences(Shape in, const typename L::Config& config, Inputs kind, std::size_t count = 3) {
+  const L layer(in, config);
+  for (std::uint64_t seed : {11u, 12u}) {
+    const FiniteDifferenceErrors e = finite_difference_errors(layer, in, count, kind, seed);
+    INFO(L::name << " on " << nn::to_string(in) << ", seed " << seed << ": " << e.checked << " coordinates");
+    CHECK(e.checked > 0);
+    CHECK(e.params < 1e-2);
+    CHECK(e.inputs < 1e-2);
+  }
+}
+
+}  // namespace
+
+// ---- Shapes ----------------------------------------------------------------------------------
+
+TEST_CASE("shapes: size, equality and how they print", "[layers]") {
+  CHECK(Shape{3, 4, 5}.size() == 60);
+  CHECK(Shape{3, 4, 5}.pixels() == 20);
+  CHECK(Shape{10, 1, 1}.flat());
+  CHECK_FALSE(Shape{1, 28, 28}.flat());
+  CHECK(Shape{2, 3, 4} == Shape{2, 3, 4});
+  CHECK(Shape{2, 3, 4} != Shape{2, 4, 3});
+  CHECK(nn::to_string(Shape{64, 7, 7}) == "64x7x7");
+  CHECK(nn::to_string(Shape{128, 1, 1}) == "128");
+  CHECK(fmt::format("{}", Shape{1, 28, 28}) == "1x28x28");
+}
+
+// ---- Shape inference and construction errors --------------------------------------------------
+
+TEST_CASE("Sequential infers every shape of the example CNN", "[layers]") {
+  const ExampleCnn net(Shape{1, 28, 28}, {{32, 5, 2}, {}, {2}, {64, 5, 2}, {}, {2}, {}, {128}, {}, {10}});
+  CHECK(net.input_size() == 784);
+  CHECK(net.output_size() == 10);
+  CHECK(net.output_shape(0) == Shape{32, 28, 28});
+  CHECK(net.output_shape(2) == Shape{32, 14, 14});
+  CHECK(net.output_shape(3) == Shape{64, 14, 14});
+  CHECK(net.output_shape(5) == Shape{64, 7, 7});
+  CHECK(net.output_shape(6) == Shape{64 * 7 * 7, 1, 1});
+  CHECK(net.output_shape(7) == Shape{128, 1, 1});
+  // By hand: weights out x in x k x k plus one bias per output, per convolution; out x in + out
+  // per dense layer.
+  const std::size_t conv1 = 32 * 1 * 5 * 5 + 32, conv2 = 64 * 32 * 5 * 5 + 64;
+  const std::size_t dense1 = 128 * 64 * 7 * 7 + 128, dense2 = 10 * 128 + 10;
+  CHECK(net.parameter_count() == conv1 + conv2 + dense1 + dense2);
+  CHECK(net.parameter_offset(3) == conv1);
+  CHECK(net.parameter_offset(7) == conv1 + conv2);
+  CHECK(net.parameter_offset(9) == conv1 + conv2 + dense1);
+  CHECK_THAT(net.describe(), Catch::Contains("1x28x28 -> conv2d 32x28x28 -> relu 32x28x28 -> max_pool2d 32x14x14"));
+  CHECK_THAT(net.describe(), Catch::Contains("flatten 3136 -> dense 128 -> relu 128 -> dense 10]"));
+}
+
+TEST_CASE("Conv2d output shapes with stride and padding", "[layers]") {
+  // (H + 2p - k) / s + 1, per dimension.
+  CHECK(nn::Conv2d(Shape{1, 28, 28}, {8, 3, 1, 2}).output_shape() == Shape{8, 14, 14});
+  CHECK(nn::Conv2d(Shape{3, 7, 9}, {4, 3, 0, 2}).output_shape() == Shape{4, 3, 4});
+  CHECK(nn::Conv2d(Shape{3, 5, 5}, {2, 5}).output_shape() == Shape{2, 1, 1});
+  CHECK(nn::MaxPool2d(Shape{2, 7, 7}, {3, 2}).output_shape() == Shape{2, 3, 3});
+  CHECK(nn::MaxPool2d(Shape{2, 7, 7}, {2}).output_shape() == Shape{2, 3, 3});
+  CHECK(nn::AvgPool2d(Shape{16, 7, 7}, {7}).output_shape() == Shape{16, 1, 1});
+}
+
+TEST_CASE("construction errors name the layer and the shapes", "[layers]") {
+  using hpcps::Error;
+  SECTION("a dense layer fed a 4-D shape without Flatten") {
+    using Net = nn::Sequential<nn::Conv2d, nn::Relu, nn::Dense>;
+    CHECK_THROWS_AS(Net(Shape{1, 8, 8}, {{4, 3}, {}, {10}}), Error);
+    CHECK_THROWS_WITH(Net(Shape{1, 8, 8}, {{4, 3}, {}, {10}}),
+                      Catch::Contains("layer 2 (dense)") && Catch::Contains("4x6x6") && Catch::Contains("Flatten"));
+    CHECK_THROWS_WITH(nn::Sequential<nn::Dense>(Shape{1, 28, 28}, {{10}}),
+                      Catch::Contains("layer 0 (dense)") && Catch::Contains("1x28x28"));
+  }
+  SECTION("a pooling window larger than its input") {
+    using Net = nn::Sequential<nn::Conv2d, nn::MaxPool2d, nn::Flatten, nn::Dense>;
+    CHECK_THROWS_WITH(Net(Shape{1, 5, 5}, {{2, 3}, {4}, {}, {3}}),
+                      Catch::Contains("layer 1 (max_pool2d)") && Catch::Contains("window 4x4") &&
+                          Catch::Contains("2x3x3"));
+    CHECK_THROWS_WITH(nn::Sequential<nn::AvgPool2d>(Shape{2, 3, 9}, {{4}}),
+                      Catch::Contains("layer 0 (avg_pool2d)") && Catch::Contains("2x3x9"));
+  }
+  SECTION("a kernel larger than the padded input") {
+    using Net = nn::Sequential<nn::Flatten, nn::Dense, nn::Conv2d>;
+    // Dense output 6 is 6x1x1: a 3x3 kernel fits only with padding 1.
+    CHECK_NOTHROW(Net(Shape{1, 2, 2}, {{}, {6}, {2, 3, 1}}));
+    CHECK_THROWS_WITH(Net(Shape{1, 2, 2}, {{}, {6}, {2, 3, 0}}),
+                      Catch::Contains("layer 2 (conv2d)") && Catch::Contains("kernel 3x3") &&
+                          Catch::Contains("input 6"));
+    CHECK_THROWS_WITH(nn::Sequential<nn::Conv2d>(Shape{1, 4, 4}, {{2, 7, 1}}),
+                      Catch::Contains("layer 0 (conv2d)") && Catch::Contains("1x4x4") && Catch::Contains("6x6"));
+  }
+  SECTION("bad settings") {
+    CHECK_THROWS_WITH(nn::Sequential<nn::Conv2d>(Shape{1, 4, 4}, {{2, 3, 0, 0}}), Catch::Contains("stride"));
+    using FlatDense = nn::Sequential<nn::Flatten, nn::Dense>;
+    CHECK_THROWS_WITH(FlatDense(Shape{3, 2, 2}, {{}, {0}}),
+                      Catch::Contains("layer 1 (dense)") && Catch::Contains("units"));
+    CHECK_THROWS_WITH(nn::Sequential<nn::Dropout>(Shape{3, 1, 1}, {{1.0f}}), Catch::Contains("layer 0 (dropout)"));
+  }
+}
+
+// ---- Finite differences, layer by layer --------------------------------------------------------
+
+TEST_CASE("every layer's gradient matches central finite differences", "[layers]") {
+  SECTION("dense") { check_finite_differences<nn::Dense>(Shape{7, 1, 1}, {5}, Inputs::normal); }
+  SECTION("conv2d, stride 1, no padding") { check_finite_differences<nn::Conv2d>(Shape{2, 5, 6}, {3, 3}, Inputs::normal); }
+  SECTION("conv2d, stride 2, padding 1") {
+    check_finite_differences<nn::Conv2d>(Shape{2, 7, 6}, {3, 3, 1, 2}, Inputs::normal);
+  }
+  SECTION("conv2d, stride 3, padding 2, 1x1 kernel") {
+    check_finite_differences<nn::Conv2d>(Shape{3, 5, 5}, {2, 1, 2, 3}, Inputs::normal);
+  }
+  SECTION("conv2d, several im2col chunks") {
+    // 8 x 32 x 32 with a 5x5 kernel: 200 x 1024 im2col floats per sample, 5 samples per chunk.
+    const nn::Conv2d conv(Shape{8, 32, 32}, {2, 5, 2});
+    CHECK(conv.make_workspace(Cpu(1), 7).chunk < 7);
+    check_finite_differences<nn::Conv2d>(Shape{8, 32, 32}, {2, 5, 2}, Inputs::normal, 7);
+  }
+  SECTION("max_pool2d") { check_finite_differences<nn::MaxPool2d>(Shape{2, 6, 6}, {2}, Inputs::distinct); }
+  SECTION("max_pool2d, overlapping windows") {
+    check_finite_differences<nn::MaxPool2d>(Shape{2, 7, 7}, {3, 2}, Inputs::distinct);
+  }
+  SECTION("avg_pool2d") { check_finite_differences<nn::AvgPool2d>(Shape{2, 6, 6}, {3}, Inputs::normal); }
+  SECTION("avg_pool2d, overlapping windows") {
+    check_finite_differences<nn::AvgPool2d>(Shape{2, 7, 5}, {3, 1}, Inputs::normal);
+  }
+  SECTION("relu") { check_finite_differences<nn::ActivationLayer<nn::Relu>>(Shape{2, 3, 3}, {}, Inputs::away_from_zero); }
+  SECTION("tanh") { check_finite_differences<nn::ActivationLayer<nn::Tanh>>(Shape{2, 3, 3}, {}, Inputs::normal); }
+  SECTION("sigmoid") { check_finite_differences<nn::ActivationLayer<nn::Sigmoid>>(Shape{2, 3, 3}, {}, Inputs::normal); }
+  SECTION("identity") { check_finite_differences<nn::ActivationLayer<nn::Identity>>(Shape{5, 1, 1}, {}, Inputs::normal); }
+  SECTION("flatten") { check_finite_differences<nn::Flatten>(Shape{2, 3, 4}, {}, Inputs::normal); }
+  SECTION("dropout (training mode, a fixed mask)") {
+    check_finite_differences<nn::Dropout>(Shape{4, 3, 3}, {0.3f, 7}, Inputs::normal);
+  }
+  SECTION("the user-written layer") { check_finite_differences<Shift>(Shape{3, 2, 2}, {}, Inputs::normal); }
+}
+
+TEST_CASE("the finite-difference check fails a wrong gradient", "[layers]") {
+  // Guards the check itself: 10% off in either the input or the parameter gradient must fail.
+  const Shape in{2, 5, 5};
+  const nn::Conv2d conv(in, {3, 3, 1, 2});
+  const auto right = finite_difference_errors(conv, in, 3, Inputs::normal, 5);
+  const auto wrong = finite_difference_errors(conv, in, 3, Inputs::normal, 5, 1.1);
+  CHECK(right.params < 1e-2);
+  CHECK(right.inputs < 1e-2);
+  CHECK(wrong.params > 1e-2);
+  CHECK(wrong.inputs > 1e-2);
+}
+
+// ---- Finite differences through a whole network -----------------------------------------------
+
+namespace {
+
+// Max over (a sample of) parameters of |analytic - numeric| / max(1, |numeric|) of the network's
+// summed cross-entropy, evaluate() giving the loss in double.
+template <class Net>
+double network_gradient_error(const Net& net, std::size_t count, std::uint64_t seed) {
+  hpcps::data::Rng rng(seed);
+  std::vector<float> params(net.parameter_count()), x(count * net.input_size()), grad(net.parameter_count());
+  std::vector<std::int32_t> y(count);
+  net.initialize(params.data(), seed);
+  for (float& p : params) p += 0.05f * hpcps::data::normal_float(rng);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+  const Cpu backend(1);
+  auto ws = net.make_workspace(backend, count);
+  net.gradient(backend, ws, params.data(), x.data(), y.data(), count, grad.data());
+  const float h = 1e-2f;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < params.size(); i += 1 + params.size() / 150) {
+    const float saved = params[i];
+    params[i] = saved + h;
+    const double up = net.evaluate(backend, ws, params.data(), x.data(), y.data(), count).loss_sum;
+    params[i] = saved - h;
+    const double down = net.evaluate(backend, ws, params.data(), x.data(), y.data(), count).loss_sum;
+    params[i] = saved;
+    const double numeric = (up - down) / (2.0 * h);
+    worst = std::max(worst, std::abs(numeric - grad[i]) / std::max(1.0, std::abs(numeric)));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("a small CNN's gradient matches central finite differences", "[layers]") {
+  // Smooth activations and average pooling, so no kink sits within a step of any value; the
+  // kinked layers are checked on their own above.
+  using Net = nn::Sequential<nn::Conv2d, nn::Tanh, nn::AvgPool2d, Shift, nn::Conv2d, nn::Sigmoid, nn::Flatten,
+                             nn::Dense, nn::Tanh, nn::Dense>;
+  const Net net(Shape{2, 8, 8}, {{3, 3, 1}, {}, {2}, {}, {4, 3, 1, 2}, {}, {}, {6}, {}, {3}});
+  CHECK(net.output_shape(4) == Shape{4, 2, 2});
+  CHECK(network_gradient_error(net, 4, 3) < 1e-2);
+  CHECK(network_gradient_error(net, 4, 4) < 1e-2);
+}
+
+TEST_CASE("Sequential reports each trainable layer's gradient as final, last layer first", "[layers]") {
+  using Net = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Flatten, nn::Dense, nn::Relu, nn::Dense>;
+  const Net net(Shape{1, 6, 6}, {{2, 3, 1}, {}, {2}, {}, {5}, {}, {3}});
+  const Cpu backend(1);
+  hpcps::data::Rng rng(8);
+  std::vector<float> params(net.parameter_count()), x(4 * net.input_size());
+  std::vector<std::int32_t> y{0, 1, 2, 1};
+  net.initialize(params.data(), 2);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  auto ws = net.make_workspace(backend, 4);
+  std::vector<float> plain(net.parameter_count()), reported(net.parameter_count(), 123.0f);
+  net.gradient(backend, ws, params.data(), x.data(), y.data(), 4, plain.data());
+  std::vector<std::size_t> begins;
+  std::vector<std::vector<float>> snapshots;
+  net.gradient(backend, ws, params.data(), x.data(), y.data(), 4, reported.data(), [&](std::size_t begin) {
+    begins.push_back(begin);
+    snapshots.emplace_back(reported.begin() + static_cast<std::ptrdiff_t>(begin), reported.end());
+  });
+  CHECK(reported == plain);
+  const std::vector<std::size_t> expected{net.parameter_offset(6), net.parameter_offset(4), 0};
+  CHECK(begins == expected);
+  for (std::size_t i = 0; i < begins.size(); ++i) {
+    INFO("report " << i << " at " << begins[i]);
+    CHECK(std::equal(snapshots[i].begin(), snapshots[i].end(), plain.begin() + static_cast<std::ptrdiff_t>(begins[i])));
+  }
+}
+
+// ---- Backends agree ----------------------------------------------------------------------------
+
+namespace {
+
+// |got - reference| <= 2 n eps (|reference| + sum of |terms|) element by element: the worst-case
+// rounding of two n-term float sums in any order. The sum of |terms| is the same layer run on
+// |params|, |x| and |dy| (every layer here is a sum of products, a selection or an elementwise
+// map, for which that run bounds each term's magnitude). Returns the worst ratio error / bound.
+double worst_ratio(const std::vector<float>& got, const std::vector<float>& reference,
+                   const std::vector<float>& magnitude, std::size_t terms) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double bound = 2.0 * static_cast<double>(terms) * eps *
+                             (std::abs(static_cast<double>(reference[i])) + std::abs(static_cast<double>(magnitude[i]))) +
+                         std::numeric_limits<float>::denorm_min();
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - reference[i]) / bound);
+  }
+  return worst;
+}
+
+// `terms`: the longest sum any output, input gradient or parameter gradient of the layer is.
+template <class L, class B>
+void check_against_cpu(const B& backend, Shape in, const typename L::Config& config, Inputs kind, std::size_t terms,
+                       std::size_t count, std::uint64_t seed) {
+  const L layer(in, config);
+  const LayerData d = draw_layer_data(layer, in, count, kind, seed);
+  LayerData magnitudes = d;
+  for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
+    for (float& f : *v) f = std::abs(f);
+  }
+  const LayerResult reference = run_layer(layer, Cpu(1), in, count, d);
+  const LayerResult bound = run_layer(layer, Cpu(1), in, count, magnitudes);
+  const LayerResult got = run_layer(layer, backend, in, count, d);
+  INFO(L::name << " on " << nn::to_string(in) << ", batch " << count << ", " << terms << "-term sums");
+  CHECK(worst_ratio(got.y, reference.y, bound.y, terms) <= 1.0);
+  CHECK(worst_ratio(got.dx, reference.dx, bound.dx, terms) <= 1.0);
+  CHECK(worst_ratio(got.grad, reference.grad, bound.grad, terms) <= 1.0);
+  // Not vacuous: the outputs are not all zero.
+  CHECK(std::any_of(got.y.begin(), got.y.end(), [](float v) { return v != 0.0f; }));
+}
+
+}  // namespace
+
+#if defined(HPCPS_TEST_THRUST)
+#define HPCPS_LAYER_BACKENDS Cpu, CpuEigen, hpcps::backend::ThrustOmp
+#else
+#define HPCPS_LAYER_BACKENDS Cpu, CpuEigen
+#endif
+
+TEMPLATE_TEST_CASE("backends agree with backend::Cpu on every layer", "[layers][backend]", HPCPS_LAYER_BACKENDS) {
+  const std::uint64_t base = fresh_seed();
+  INFO("HPCPS_TEST_SEED=" << base << " reproduces this run");
+  for (int threads : {1, 2}) {
+    const TestType backend(threads);
+    for (std::uint64_t seed = base; seed < base + 4; ++seed) {
+      INFO("threads " << threads << ", seed " << seed);
+      const std::size_t n = 5;
+      // Terms: a dense output sums in + 1, its weight gradient n, its input gradient units.
+      check_against_cpu<nn::Dense>(backend, Shape{33, 1, 1}, {17}, Inputs::normal, 34, n, seed);
+      // A convolution output sums C k k + 1 terms, a weight gradient n P, an input gradient
+      // out_channels k k.
+      check_against_cpu<nn::Conv2d>(backend, Shape{3, 9, 8}, {4, 3, 1, 2}, Inputs::normal, n * 20, n, seed);
+      check_against_cpu<nn::Conv2d>(backend, Shape{2, 6, 6}, {3, 5, 2}, Inputs::normal, n * 36, n, seed);
+      check_against_cpu<nn::Conv2d>(backend, Shape{8, 32, 32}, {2, 5, 2}, Inputs::normal, 7 * 1024, 7, seed);
+      check_against_cpu<nn::MaxPool2d>(backend, Shape{3, 8, 8}, {2}, Inputs::normal, 1, n, seed);
+      check_against_cpu<nn::MaxPool2d>(backend, Shape{3, 9, 9}, {3, 2}, Inputs::normal, 4, n, seed);
+      check_against_cpu<nn::AvgPool2d>(backend, Shape{3, 8, 8}, {2}, Inputs::normal, 4, n, seed);
+      check_against_cpu<nn::AvgPool2d>(backend, Shape{3, 9, 7}, {3, 2}, Inputs::normal, 9, n, seed);
+      check_against_cpu<nn::ActivationLayer<nn::Relu>>(backend, Shape{3, 4, 4}, {}, Inputs::normal, 1, n, seed);
+      check_against_cpu<nn::ActivationLayer<nn::Tanh>>(backend, Shape{3, 4, 4}, {}, Inputs::normal, 1, n, seed);
+      check_against_cpu<nn::ActivationLayer<nn::Sigmoid>>(backend, Shape{3, 4, 4}, {}, Inputs::normal, 1, n, seed);
+      check_against_cpu<nn::ActivationLayer<nn::Identity>>(backend, Shape{3, 4, 4}, {}, Inputs::normal, 1, n, seed);
+      check_against_cpu<nn::Flatten>(backend, Shape{3, 4, 4}, {}, Inputs::normal, 1, n, seed);
+      check_against_cpu<nn::Dropout>(backend, Shape{3, 4, 4}, {0.4f, seed}, Inputs::normal, 1, n, seed);
+      check_against_cpu<Shift>(backend, Shape{3, 4, 4}, {}, Inputs::normal, n * 16, n, seed);
+    }
+  }
+}
+
+TEST_CASE("the backend comparison's bound catches a real error", "[layers][backend]") {
+  // A convolution whose result is off in one output element by 1e-4 of its magnitude must fail.
+  const Shape in{3, 9, 8};
+  const nn::Conv2d layer(in, {4, 3, 1, 2});
+  const LayerData d = draw_layer_data(layer, in, 5, Inputs::normal, 3);
+  LayerData magnitudes = d;
+  for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
+    for (float& f : *v) f = std::abs(f);
+  }
+  const LayerResult reference = run_layer(layer, Cpu(1), in, 5, d);
+  const LayerResult bound = run_layer(layer, Cpu(1), in, 5, magnitudes);
+  std::vector<float> wrong = reference.y;
+  wrong[17] += 1e-4f * bound.y[17];
+  CHECK(worst_ratio(reference.y, reference.y, bound.y, 100) == 0.0);
+  CHECK(worst_ratio(wrong, reference.y, bound.y, 100) > 1.0);
+}
+
+// ---- Dropout -----------------------------------------------------------------------------------
+
+TEST_CASE("dropout: the same seed repeats the mask, evaluation is the identity", "[layers]") {
+  const Shape in{4, 25, 25};
+  const Cpu backend(1);
+  const std::size_t count = 4, n = count * in.size();
+  std::vector<float> x(n);
+  hpcps::data::Rng rng(1);
+  for (float& v : x) v = 1.0f + hpcps::data::uniform_float(rng);  // never 0: a 0 output means dropped
+  const auto passes = [&](const nn::Dropout& layer, int how_many, bool training) {
+    auto ws = layer.make_workspace(backend, count);
+    std::vector<std::vector<float>> outputs;
+    for (int t = 0; t < how_many; ++t) {
+      std::vector<float> y(n);
+      layer.forward(backend, ws, nullptr, x.data(), count, y.data(), training);
+      outputs.push_back(y);
+    }
+    return outputs;
+  };
+  const nn::Dropout a(in, {0.25f, 42}), b(in, {0.25f, 42}), other(in, {0.25f, 43});
+  const auto first = passes(a, 2, true), again = passes(b, 2, true), different = passes(other, 1, true);
+  CHECK(first == again);              // same seed, same sequence of masks
+  CHECK(first[0] != first[1]);        // a new mask each training pass
+  CHECK(first[0] != different[0]);    // another seed, another mask
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (first[0][i] == 0.0f) {
+      ++dropped;
+    } else {
+      CHECK(first[0][i] == Approx(x[i] / 0.75f));
+    }
+  }
+  // Binomial(10000, 0.25): mean 2500, standard deviation ~43; 6 sigma either way.
+  CHECK(dropped > 2500 - 260);
+  CHECK(dropped < 2500 + 260);
+  const auto evaluation = passes(a, 1, false);
+  CHECK(evaluation[0] == x);
+}
+
+TEST_CASE("dropout in a network: on in gradient, off in evaluate, repeatable", "[layers]") {
+  using Net = nn::Sequential<nn::Dense, nn::Relu, nn::Dropout, nn::Dense>;
+  const Net net(Shape{12, 1, 1}, {{40}, {}, {0.5f, 9}, {4}});
+  using Plain = nn::Sequential<nn::Dense, nn::Relu, nn::Dense>;
+  const Plain plain(Shape{12, 1, 1}, {{40}, {}, {4}});
+  REQUIRE(net.parameter_count() == plain.parameter_count());
+  const Cpu backend(1);
+  hpcps::data::Rng rng(3);
+  std::vector<float> params(net.parameter_count()), x(8 * 12);
+  std::vector<std::int32_t> y(8);
+  net.initialize(params.data(), 5);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 4));
+  auto ws = net.make_workspace(backend, 8);
+  auto plain_ws = plain.make_workspace(backend, 8);
+  // Evaluation: exactly the network without the dropout layer.
+  CHECK(net.evaluate(backend, ws, params.data(), x.data(), y.data(), 8).loss_sum ==
+        plain.evaluate(backend, plain_ws, params.data(), x.data(), y.data(), 8).loss_sum);
+  std::vector<float> g1(params.size()), g2(params.size()), g_repeat(params.size()), g_plain(params.size());
+  net.gradient(backend, ws, params.data(), x.data(), y.data(), 8, g1.data());
+  net.gradient(backend, ws, params.data(), x.data(), y.data(), 8, g2.data());
+  auto fresh = net.make_workspace(backend, 8);
+  net.gradient(backend, fresh, params.data(), x.data(), y.data(), 8, g_repeat.data());
+  plain.gradient(backend, plain_ws, params.data(), x.data(), y.data(), 8, g_plain.data());
+  CHECK(g1 == g_repeat);  // the same seed and pass: the same gradient
+  CHECK(g1 != g2);        // the next step draws a new mask
+  CHECK(g1 != g_plain);   // and dropout is active in gradient()
+}
+
+// ---- nn::Mlp from layers ------------------------------------------------------------------------
+
+TEMPLATE_TEST_CASE("Sequential<Dense, Relu, Dense, Relu, Dense> computes what nn::Mlp<Relu> does", "[layers]", Cpu,
+                   CpuEigen) {
+  const TestType backend(1);
+  const nn::Mlp<nn::Relu> mlp({20, 16, 8, 4});
+  using Net = nn::Sequential<nn::Dense, nn::Relu, nn::Dense, nn::Relu, nn::Dense>;
+  const Net net(Shape{20, 1, 1}, {{16}, {}, {8}, {}, {4}});
+  REQUIRE(net.parameter_count() == mlp.parameter_count());
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    hpcps::data::Rng rng(seed);
+    std::vector<float> params(mlp.parameter_count()), x(6 * 20);
+    std::vector<std::int32_t> y(6);
+    mlp.initialize(params.data(), seed);
+    for (float& p : params) p += 0.05f * hpcps::data::normal_float(rng);
+    for (float& v : x) v = hpcps::data::normal_float(rng);
+    for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 4));
+    auto mlp_ws = mlp.make_workspace(backend, 6);
+    auto net_ws = net.make_workspace(backend, 6);
+    std::vector<float> mlp_grad(params.size()), net_grad(params.size());
+    std::vector<std::size_t> mlp_ready, net_ready;
+    const auto mlp_stats = mlp.gradient(backend, mlp_ws, params.data(), x.data(), y.data(), 6, mlp_grad.data(),
+                                        [&](std::size_t b) { mlp_ready.push_back(b); });
+    const auto net_stats = net.gradient(backend, net_ws, params.data(), x.data(), y.data(), 6, net_grad.data(),
+                                        [&](std::size_t b) { net_ready.push_back(b); });
+    CHECK(net_stats.loss_sum == Approx(mlp_stats.loss_sum).epsilon(1e-6));
+    CHECK(net_stats.correct == mlp_stats.correct);
+    CHECK(net_ready == mlp_ready);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(std::abs(net_grad[i] - mlp_grad[i]) <= 1e-6f * std::max(1.0f, std::abs(mlp_grad[i])));
+    }
+    CHECK(net.evaluate(backend, net_ws, params.data(), x.data(), y.data(), 6).loss_sum ==
+          Approx(mlp.evaluate(backend, mlp_ws, params.data(), x.data(), y.data(), 6).loss_sum).epsilon(1e-6));
+  }
+}
+
+// ---- No allocation per step ------------------------------------------------------------------------
+
+namespace {
+
+template <class B>
+long allocations_per_steps(const B& backend) {
+  using Net = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Conv2d, nn::Tanh, nn::AvgPool2d, nn::Flatten,
+                             nn::Dropout, nn::Dense, nn::Sigmoid, nn::Dense>;
+  const Net net(Shape{1, 12, 12}, {{4, 3, 1}, {}, {2}, {6, 3, 1}, {}, {2}, {}, {0.2f}, {16}, {}, {5}});
+  hpcps::data::Rng rng(1);
+  std::vector<float> params(net.parameter_count()), x(8 * net.input_size());
+  std::vector<std::int32_t> y(8);
+  net.initialize(params.data(), 1);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 5));
+  auto ws = net.make_workspace(backend, 8);
+  auto device_params = backend.make_buffer(params.size());
+  auto grad = backend.make_buffer(params.size());
+  backend.upload(params.data(), params.size(), B::data(device_params));
+  net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), 8, B::data(grad));  // warm-up
+  net.evaluate(backend, ws, B::data(device_params), x.data(), y.data(), 8);
+  const long before = hpcps_test::allocations.load();
+  for (std::size_t step = 0; step < 5; ++step) {
+    const std::size_t count = 8 - step % 3;  // full and partial batches
+    net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), count, B::data(grad),
+                 [](std::size_t) {});
+  }
+  net.evaluate(backend, ws, B::data(device_params), x.data(), y.data(), 8);
+  return hpcps_test::allocations.load() - before;
+}
+
+}  // namespace
+
+TEST_CASE("no allocation in a Sequential training step after make_workspace", "[layers]") {
+  CHECK(allocations_per_steps(Cpu(1)) == 0);
+  CHECK(allocations_per_steps(Cpu(2)) == 0);
+#if defined(HPCPS_TEST_THRUST)
+  CHECK(allocations_per_steps(hpcps::backend::ThrustOmp(2)) == 0);
+#endif
+  // The counter is live.
+  const long before = hpcps_test::allocations.load();
+  std::vector<int> v(10);
+  CHECK(hpcps_test::allocations.load() > before);
+}
+
+// ---- The user-written layer in a network ------------------------------------------------------------
+
+TEST_CASE("a user-written layer composes like a shipped one", "[layers]") {
+  using Net = nn::Sequential<nn::Conv2d, Shift, nn::Relu, nn::Flatten, nn::Dense>;
+  const Net net(Shape{1, 6, 6}, {{3, 3}, {}, {}, {}, {4}});
+  CHECK(net.output_shape(1) == Shape{3, 4, 4});
+  CHECK(net.parameter_count() == (3 * 9 + 3) + 3 + (4 * 48 + 4));
+  CHECK_THAT(net.describe(), Catch::Contains("conv2d 3x4x4 -> shift 3x4x4 -> relu 3x4x4"));
+}
