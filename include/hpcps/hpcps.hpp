@@ -6,6 +6,7 @@
 #include "hpcps/comm/segments.hpp"
 #include "hpcps/data/data.hpp"
 #include "hpcps/nn/activation.hpp"
+#include "hpcps/nn/layers.hpp"
 #include "hpcps/nn/mlp.hpp"
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/nn/softmax_regression.hpp"

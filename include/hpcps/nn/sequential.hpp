@@ -232,7 +232,7 @@ class Sequential {
     if (I < first_trainable_) return;
     const auto& layer = std::get<I>(layers_);
     float* dx = nullptr;
-    if (I > first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
+    if (I != first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     layer.backward(backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I]), delta,
                    count, dx, grad + offsets_[I]);
