@@ -3,6 +3,7 @@
 // count is a std::size_t, so a call site cannot pair a float buffer with MPI_DOUBLE or silently
 // truncate a count above INT_MAX; both mistakes are easy with the C API and corrupt data quietly.
 #include <hpcps/comm/datatype.hpp>
+#include <hpcps/comm/detail/teardown.hpp>
 #include <hpcps/comm/environment.hpp>
 #include <hpcps/comm/error.hpp>
 #include <hpcps/comm/request.hpp>
@@ -98,7 +99,8 @@ class Communicator {
       : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
         owned_(std::exchange(other.owned_, false)),
         rank_(std::exchange(other.rank_, -1)),
-        size_(std::exchange(other.size_, 0)) {}
+        size_(std::exchange(other.size_, 0)),
+        created_(other.created_) {}
   Communicator& operator=(Communicator&& other) noexcept {
     if (this != &other) {
       release();
@@ -106,12 +108,18 @@ class Communicator {
       owned_ = std::exchange(other.owned_, false);
       rank_ = std::exchange(other.rank_, -1);
       size_ = std::exchange(other.size_, 0);
+      created_ = other.created_;
     }
     return *this;
   }
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
-  ~Communicator() { release(); }
+  // MPI_Comm_free is collective in the standard; while an exception unwinds past the object the
+  // handle is left to MPI_Abort, as for a shared window (detail/teardown.hpp).
+  ~Communicator() {
+    if (created_.unwinding()) return;
+    release();
+  }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
@@ -300,6 +308,7 @@ class Communicator {
   bool owned_ = false;
   int rank_ = -1;
   int size_ = 0;
+  detail::UnwindingProbe created_;
 };
 
 }  // namespace hpcps::comm

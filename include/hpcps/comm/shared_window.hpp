@@ -17,6 +17,7 @@
 #include <sys/statvfs.h>
 
 #include "hpcps/comm/communicator.hpp"
+#include "hpcps/comm/detail/teardown.hpp"
 #include "hpcps/comm/error.hpp"
 
 namespace hpcps::comm {
@@ -64,19 +65,26 @@ class SharedWindow {
   }
 
   SharedWindow(SharedWindow&& other) noexcept
-      : win_(std::exchange(other.win_, MPI_WIN_NULL)), locked_(std::exchange(other.locked_, false)) {}
+      : win_(std::exchange(other.win_, MPI_WIN_NULL)), locked_(std::exchange(other.locked_, false)),
+        created_(other.created_) {}
   SharedWindow& operator=(SharedWindow&& other) noexcept {
     if (this != &other) {
       release();
       win_ = std::exchange(other.win_, MPI_WIN_NULL);
       locked_ = std::exchange(other.locked_, false);
+      created_ = other.created_;
     }
     return *this;
   }
   SharedWindow(const SharedWindow&) = delete;
   SharedWindow& operator=(const SharedWindow&) = delete;
   // Collective (MPI_Win_free): every rank of the node destroys its window at the same point.
-  ~SharedWindow() { release(); }
+  // While an exception unwinds past it the window is left to MPI_Abort instead: the other ranks
+  // may never reach MPI_Win_free, and waiting for them would hang the job (detail/teardown.hpp).
+  ~SharedWindow() {
+    if (created_.unwinding()) return;
+    release();
+  }
 
   bool is_null() const noexcept { return win_ == MPI_WIN_NULL; }
 
@@ -105,6 +113,7 @@ class SharedWindow {
 
   MPI_Win win_ = MPI_WIN_NULL;
   bool locked_ = false;
+  detail::UnwindingProbe created_;
 };
 
 }  // namespace hpcps::comm
