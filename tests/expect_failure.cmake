@@ -3,7 +3,9 @@
 # PASS_REGULAR_EXPRESSION cannot do this: it ignores the exit code, and a job that hangs until its
 # kill timer fires may still have printed the expected line before hanging.
 #
-#   cmake "-DEXPECT=<regex>" [-DTIMEOUT=<seconds>] -P expect_failure.cmake -- <command> [args...]
+#   cmake "-DEXPECT=<regex>" [-DTIMEOUT=<seconds>] [-DONCE=ON] -P expect_failure.cmake -- <command> [args...]
+#
+# ONCE: the output must hold exactly one "hpcps: fatal error" line (an error all ranks raise alike).
 #
 # The command goes after "--" so that its arguments need no list escaping; a ;-list in -DCOMMAND=
 # is accepted too. TIMEOUT (default 60) should be shorter than any kill timer inside the command
@@ -54,5 +56,13 @@ if(result STREQUAL "0")
 endif()
 if(NOT output MATCHES "${EXPECT}")
   message(FATAL_ERROR "FAIL: the command failed (${result}) but its output does not match: ${EXPECT}")
+endif()
+if(ONCE)
+  # An error every rank raises alike must be printed by one rank, not once per rank.
+  string(REGEX MATCHALL "hpcps: fatal error" reports "${output}")
+  list(LENGTH reports count)
+  if(NOT count EQUAL 1)
+    message(FATAL_ERROR "FAIL: 'hpcps: fatal error' printed ${count} times; expected once")
+  endif()
 endif()
 message(STATUS "PASS: failed as expected (${result}) with output matching: ${EXPECT}")

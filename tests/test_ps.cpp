@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -258,4 +259,35 @@ TEST_CASE("ranks on one node share memory without changing a bit", "[ps][mpi]") 
     }
     world.barrier();
   }
+}
+
+// Ranks built with different options used to crash (reading past a shared segment) or fail with
+// "Message truncated". Construction now checks that they agree and throws one sentence on every
+// rank naming the item and both values; the check itself is collective, so CHECK, not REQUIRE.
+TEST_CASE("ranks that disagree on the composition get one sentence naming the difference", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) return;
+  const int odd = world.size() - 1;  // the last rank differs
+  Ps::Options options;
+  options.servers = 1;
+  options.max_batch = 8;
+  const auto build = [&](const Net& net, const Ps::Options& o) {
+    Ps ps(world, net, hpcps::backend::Cpu(1), o, {}, hpcps::optim::StandardSgd(0.1f));
+  };
+  const Net small({6, 5, 3}), large({6, 7, 3});
+  CHECK_THROWS_WITH(build(world.rank() == odd ? large : small, options),
+                    Catch::Contains("disagree on the network: rank 0 has mlp[6-5-3]-tanh and rank " +
+                                    std::to_string(odd) + " has mlp[6-7-3]-tanh"));
+  Ps::Options other = options;
+  other.piece_floats = 5;
+  CHECK_THROWS_WITH(build(small, world.rank() == odd ? other : options),
+                    Catch::Contains("piece size (Options::piece_floats): rank 0 has " +
+                                    std::to_string(options.piece_floats) + " and rank " + std::to_string(odd) +
+                                    " has 5"));
+  other = options;
+  other.shared_memory = false;
+  CHECK_THROWS_WITH(build(small, world.rank() == odd ? other : options),
+                    Catch::Contains("shared memory (Options::shared_memory): rank 0 has on"));
+  // Agreement: the same build succeeds, so the check cannot be failing everything.
+  CHECK_NOTHROW(build(small, options));
 }

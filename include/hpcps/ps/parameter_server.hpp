@@ -17,12 +17,14 @@
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/optim/optimizer_traits.hpp"
 #include "hpcps/optim/sgd.hpp"
+#include "hpcps/ps/composition.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/server.hpp"
 #include "hpcps/ps/wire_format.hpp"
 #include "hpcps/ps/worker.hpp"
 #include "hpcps/sync/sync_traits.hpp"
 #include "hpcps/sync/synchronous.hpp"
+#include "hpcps/version.hpp"
 
 namespace hpcps {
 
@@ -101,10 +103,12 @@ class ParameterServer {
   }
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
-  // own duplicate of `world`, so its messages never match the application's receives.
+  // own duplicate of `world`, so its messages never match the application's receives. First of
+  // all the ranks check that they agree on the composition (composition()): a rank launched with
+  // other options or another build throws the same sentence everywhere instead of crashing later.
   ParameterServer(const comm::Communicator& world, Network network, Backend backend, Options options,
                   Sync sync = Sync{}, Optimizer optimizer = Optimizer{})
-      : world_(world.duplicate()),
+      : world_(agreed_world(world, composition(network, options, sync))),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options) {
     // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
@@ -150,6 +154,25 @@ class ParameterServer {
       }
     }
   }
+  // What the constructor checks every rank agrees on, in that order.
+  static ps::Composition composition(const Network& network, const Options& options, const Sync& sync) {
+    ps::Composition c;
+    c.add("hpcps version", version_string);
+    c.add("network", ps::describe_network(network));
+    c.add("parameter count", std::to_string(network.parameter_count()));
+    c.add("backend", Backend::name);
+    c.add("synchronization", fmt::format("{} (staleness {})", Sync::name, sync.staleness()));
+    c.add("update rule", Optimizer::name);
+    c.add("push wire format", ps::wire_name(options.wire));
+    c.add("pull wire format", ps::wire_name(options.pull_wire));
+    c.add("piece size (Options::piece_floats)", std::to_string(options.piece_floats));
+    c.add("number of servers (Options::servers)", std::to_string(options.servers));
+    c.add("initialisation seed (Options::seed)", std::to_string(options.seed));
+    c.add("local shortcut (Options::local_shortcut)", options.local_shortcut ? "on" : "off");
+    c.add("shared memory (Options::shared_memory)", options.shared_memory ? "on" : "off");
+    return c;
+  }
+
   // Workers and servers refer to world_: the object stays where it was built.
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
@@ -174,6 +197,12 @@ class ParameterServer {
   }
 
  private:
+  static comm::Communicator agreed_world(const comm::Communicator& world, const ps::Composition& composition) {
+    comm::Communicator own = world.duplicate();
+    composition.agree(own);
+    return own;
+  }
+
   // Collective. Every worker rank's segment of the node's window holds its gradient and its
   // parameters, a dedicated server's its shard; then each worker-server pair on this node is
   // connected in place (the rank's own pair, colocated, by the local shortcut below).

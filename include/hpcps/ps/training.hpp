@@ -125,8 +125,11 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     }
     const int failures = team.allreduce_value(problem.empty() ? 0 : 1, MPI_SUM);
     if (failures > 0) {
-      throw Error(problem.empty() ? fmt::format("ps::train: another worker rejected the options")
-                                  : fmt::format("ps::train: {}", problem));
+      // The lowest worker that found a problem reports it, for every worker.
+      const int reporter = team.allreduce_value(problem.empty() ? team.size() : team.rank(), MPI_MIN);
+      throw CollectiveError(problem.empty() ? fmt::format("ps::train: another worker rejected the options")
+                                            : fmt::format("ps::train: {}", problem),
+                            team.rank() == reporter);
     }
     const data::Range shard = data::shard_range(train_set.count, static_cast<std::size_t>(w),
                                                 static_cast<std::size_t>(workers));
