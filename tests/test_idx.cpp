@@ -300,6 +300,11 @@ TEST_CASE("load_idx_pair builds a scaled Dataset and validates the pair", "[data
     CHECK(d.count == 4);
     CHECK(d.features == 6);
     CHECK(d.classes == 10);
+    // [count, H, W]: one channel of H x W, the layout a convolutional network checks.
+    CHECK(d.channels == 1);
+    CHECK(d.height == 2);
+    CHECK(d.width == 3);
+    CHECK(d.has_layout());
     REQUIRE(d.images.size() == 24);
     CHECK(d.labels == std::vector<std::int32_t>{3, 0, 9, 1});
     CHECK(d.images[0] == 0.0f);
@@ -311,6 +316,17 @@ TEST_CASE("load_idx_pair builds a scaled Dataset and validates the pair", "[data
     }
     CHECK(*std::min_element(d.images.begin(), d.images.end()) >= 0.0f);
     CHECK(*std::max_element(d.images.begin(), d.images.end()) <= 1.0f);
+  }
+  SECTION("the layout follows the IDX dimensions") {
+    write_file(labels, idx_bytes({4}, Bytes{3, 0, 9, 1}));
+    write_file(images, idx_bytes({4, 3, 1, 2}, pixels));  // [count, C, H, W]
+    hpcps::data::Dataset d = hpcps::data::load_idx_pair(images, labels);
+    CHECK((d.channels == 3 && d.height == 1 && d.width == 2));
+    write_file(images, idx_bytes({4, 6}, pixels));  // [count, F]: a flat sample
+    d = hpcps::data::load_idx_pair(images, labels);
+    CHECK((d.channels == 6 && d.height == 1 && d.width == 1));
+    CHECK(d.has_layout());
+    CHECK_FALSE(hpcps::data::Dataset{}.has_layout());
   }
   SECTION("classes bound is the caller's") {
     write_file(labels, idx_bytes({4}, Bytes{3, 0, 9, 1}));

@@ -291,3 +291,26 @@ TEST_CASE("ranks that disagree on the composition get one sentence naming the di
   // Agreement: the same build succeeds, so the check cannot be failing everything.
   CHECK_NOTHROW(build(small, options));
 }
+
+namespace {
+// What ps::train asks of a network's input: its size and, for a convolutional one, its shape.
+struct ImageInput {
+  hpcps::nn::Shape shape;
+  std::size_t input_size() const { return shape.size(); }
+  hpcps::nn::Shape input_shape() const { return shape; }
+};
+}  // namespace
+
+TEST_CASE("ps::train names the data's layout and the network's input shape when they differ", "[ps]") {
+  auto set = synthetic(4, 16, 2, 1);
+  set.channels = 1, set.height = 2, set.width = 8;
+  using hpcps::ps::detail::input_mismatch;
+  CHECK(input_mismatch("training", set, ImageInput{{1, 2, 8}}).empty());
+  CHECK(input_mismatch("training", set, ImageInput{{1, 4, 4}}) ==
+        "training data has samples of 1x2x8 (channels x height x width), the network takes 1x4x4");
+  CHECK(input_mismatch("test", set, ImageInput{{1, 3, 3}}) == "test data has 16 features per sample, the network takes 9");
+  // A flat input reads any layout of as many features; data without a layout is known by its size.
+  CHECK(input_mismatch("training", set, ImageInput{{16, 1, 1}}).empty());
+  set.channels = set.height = set.width = 0;
+  CHECK(input_mismatch("training", set, ImageInput{{1, 4, 4}}).empty());
+}

@@ -19,6 +19,13 @@ struct Dataset {
   std::size_t classes = 0;   // labels lie in [0, classes)
   std::vector<float> images;  // count * features, row-major, scaled to [0,1] by /255
   std::vector<std::int32_t> labels;  // count
+  // A sample's layout, channels x height x width (channel planes one after another), from the IDX
+  // dimensions: [count, H, W] is 1 x H x W, [count, C, H, W] is C x H x W, [count, F] is F x 1 x 1.
+  // All zero in a Dataset built by hand without them: its samples are then known only as `features`.
+  std::size_t channels = 0, height = 0, width = 0;
+
+  // Whether the layout above is known (and consistent with `features`).
+  bool has_layout() const { return channels * height * width == features && features > 0; }
 };
 
 inline Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path,
@@ -46,6 +53,14 @@ inline Dataset load_idx_pair(const std::string& images_path, const std::string& 
   Dataset data;
   data.count = count;
   data.features = images.values.size() / count;  // read_idx guarantees an exact product, count >= 1
+  const auto& d = images.dims;
+  if (d.size() == 2) {
+    data.channels = d[1], data.height = 1, data.width = 1;
+  } else if (d.size() == 3) {
+    data.channels = 1, data.height = d[1], data.width = d[2];
+  } else if (d.size() == 4) {
+    data.channels = d[1], data.height = d[2], data.width = d[3];
+  }  // more dimensions: no layout, only `features`
   data.classes = classes;
   data.labels.resize(count);
   for (std::size_t i = 0; i < count; ++i) {

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -91,6 +93,37 @@ inline std::size_t clocks_per_epoch(std::size_t samples, std::size_t global_batc
   return clocks;
 }
 
+namespace detail {
+
+template <class N, class = void>
+struct has_input_shape : std::false_type {};
+template <class N>
+struct has_input_shape<N, std::void_t<decltype(std::declval<const N&>().input_shape().channels),
+                                      decltype(std::declval<const N&>().input_shape().height),
+                                      decltype(std::declval<const N&>().input_shape().width)>> : std::true_type {};
+
+// Empty if `network` takes `set`'s samples, else why not. A network with an input shape of more
+// than one pixel (a convolutional one) needs the data's layout to be exactly that shape; a flat
+// input takes any layout with as many features, as a dense layer reads the sample as one vector.
+template <class Network>
+std::string input_mismatch(const char* which, const data::Dataset& set, const Network& network) {
+  if (set.features != network.input_size()) {
+    return fmt::format("{} data has {} features per sample, the network takes {}", which, set.features,
+                       network.input_size());
+  }
+  if constexpr (has_input_shape<Network>::value) {
+    const auto shape = network.input_shape();
+    if (shape.height * shape.width > 1 && set.has_layout() &&
+        (set.channels != shape.channels || set.height != shape.height || set.width != shape.width)) {
+      return fmt::format("{} data has samples of {}x{}x{} (channels x height x width), the network takes {}x{}x{}",
+                         which, set.channels, set.height, set.width, shape.channels, shape.height, shape.width);
+    }
+  }
+  return {};
+}
+
+}  // namespace detail
+
 // Runs on every rank of the ParameterServer's world. The returned report is complete on rank 0.
 template <class Server>
 TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dataset* test_set,
@@ -116,12 +149,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       problem = fmt::format("global batch {} is smaller than the number of workers {}", options.batch, workers);
     } else if (batch > ps.options().max_batch) {
       problem = fmt::format("worker batch {} exceeds the ParameterServer's max_batch {}", batch, ps.options().max_batch);
-    } else if (train_set.features != worker.network().input_size()) {
-      problem = fmt::format("training data has {} features, the network takes {}", train_set.features,
-                            worker.network().input_size());
-    } else if (test_set != nullptr && test_set->features != worker.network().input_size()) {
-      problem = fmt::format("test data has {} features, the network takes {}", test_set->features,
-                            worker.network().input_size());
+    } else {
+      problem = detail::input_mismatch("training", train_set, worker.network());
+      if (problem.empty() && test_set != nullptr) problem = detail::input_mismatch("test", *test_set, worker.network());
     }
     const int failures = team.allreduce_value(problem.empty() ? 0 : 1, MPI_SUM);
     if (failures > 0) {
