@@ -52,6 +52,27 @@ if(NOT TARGET hpcps::openblas)
   endif()
 endif()
 
+# oneDNN: backend::Cpu's convolutions (docs/backends.md, "Convolution: which method"). Found by
+# its header and library, not by Debian's dnnl-config.cmake: that one demands OpenCL's development
+# files (its GPU runtime), which a CPU build never uses.
+if(NOT TARGET hpcps::dnnl)
+  find_path(HPCPS_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp DOC "Folder with oneDNN's headers")
+  find_library(HPCPS_DNNL_LIBRARY NAMES dnnl DOC "oneDNN's library (libdnnl)")
+  if(NOT HPCPS_DNNL_INCLUDE_DIR OR NOT HPCPS_DNNL_LIBRARY)
+    set(_hpcps_dnnl_msg "hpcps needs oneDNN (oneapi/dnnl/dnnl.hpp, libdnnl). On Debian: apt-get install libdnnl-dev")
+    if(CMAKE_FIND_PACKAGE_NAME STREQUAL "hpcps")
+      set(hpcps_NOT_FOUND_MESSAGE "${_hpcps_dnnl_msg}")
+      set(hpcps_FOUND FALSE)
+      return()
+    endif()
+    message(FATAL_ERROR "${_hpcps_dnnl_msg}")
+  endif()
+  add_library(hpcps::dnnl INTERFACE IMPORTED)
+  set_target_properties(hpcps::dnnl PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${HPCPS_DNNL_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${HPCPS_DNNL_LIBRARY}")
+endif()
+
 # Optional: Thrust and CUB headers (CCCL) for backend::Thrust, from the CUDA toolkit. The host
 # systems (OpenMP, CPP) need only the headers and OpenMP; hpcps::thrust exists when they are found.
 if(NOT TARGET hpcps::thrust)

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +24,8 @@
 #if defined(HPCPS_TEST_THRUST)
 #include "hpcps/backend/thrust.hpp"
 #endif
+
+#include <omp.h>
 
 #include "counting_new.hpp"
 
@@ -312,10 +316,10 @@ TEST_CASE("every layer's gradient matches central finite differences", "[layers]
   SECTION("conv2d, stride 3, padding 2, 1x1 kernel") {
     check_finite_differences<nn::Conv2d>(Shape{3, 5, 5}, {2, 1, 2, 3}, Inputs::normal);
   }
-  SECTION("conv2d, several im2col chunks") {
+  SECTION("conv2d, a larger input (several im2col chunks where a backend runs im2col)") {
     // 8 x 32 x 32 with a 5x5 kernel: 200 x 1024 im2col floats per sample, 5 samples per chunk.
     const nn::Conv2d conv(Shape{8, 32, 32}, {2, 5, 2});
-    CHECK(conv.make_workspace(Cpu(1), 7).chunk < 7);
+    CHECK(hpcps::backend::Im2colConv2d<Cpu>(Cpu(1), conv.geometry(), 2, 7).chunk() < 7);
     check_finite_differences<nn::Conv2d>(Shape{8, 32, 32}, {2, 5, 2}, Inputs::normal, 7);
   }
   SECTION("max_pool2d") { check_finite_differences<nn::MaxPool2d>(Shape{2, 6, 6}, {2}, Inputs::distinct); }
@@ -502,6 +506,83 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on every layer", "[layers][
   }
 }
 
+// ---- backend::Cpu's convolution method (oneDNN) against im2col + GEMM ---------------------------
+
+// The convolution method is chosen by the backend's type.
+static_assert(std::is_same_v<hpcps::backend::conv2d_method_t<Cpu>, hpcps::backend::detail::DnnlConv2d>);
+static_assert(std::is_same_v<hpcps::backend::conv2d_method_t<CpuEigen>, hpcps::backend::detail::DnnlConv2d>);
+#if defined(HPCPS_TEST_THRUST)
+static_assert(std::is_same_v<hpcps::backend::conv2d_method_t<hpcps::backend::ThrustOmp>,
+                             hpcps::backend::Im2colConv2d<hpcps::backend::ThrustOmp>>);
+#endif
+
+namespace {
+
+// One forward and one backward pass of a convolution method on host arrays.
+template <class Method>
+LayerResult run_conv_method(Method& method, const Cpu& backend, const nn::Conv2d& layer, std::size_t count,
+                            const LayerData& d) {
+  LayerResult r{std::vector<float>(count * layer.output_shape().size()),
+                std::vector<float>(count * layer.geometry().in_size()), std::vector<float>(d.params.size())};
+  method.forward(backend, d.params.data(), d.x.data(), count, r.y.data());
+  method.backward(backend, d.params.data(), d.x.data(), d.dy.data(), count, r.dx.data(), r.grad.data());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("backend::Cpu's oneDNN convolution agrees with im2col + GEMM at the CNN's shapes", "[layers][backend]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("HPCPS_TEST_SEED=" << seed << " reproduces this run");
+  struct Case {
+    Shape in;
+    std::size_t out;
+  };
+  // The first and second convolutions of the CNN in docs/layers.md, and the second at width 16.
+  for (const Case& c : {Case{Shape{1, 28, 28}, 32}, Case{Shape{32, 14, 14}, 64}, Case{Shape{16, 14, 14}, 32}}) {
+    const nn::Conv2d layer(c.in, {c.out, 5, 2});
+    const std::size_t max_batch = 12;
+    for (int threads : {1, 2}) {
+      const Cpu backend(threads);
+      hpcps::backend::Im2colConv2d<Cpu> im2col(backend, layer.geometry(), c.out, max_batch);
+      hpcps::backend::detail::DnnlConv2d onednn(backend, layer.geometry(), c.out, max_batch);
+      // A full batch, then a partial one through the same primitives (zero-padded staging).
+      for (std::size_t count : {max_batch, std::size_t{5}}) {
+        INFO(nn::to_string(c.in) << " -> " << c.out << " channels, threads " << threads << ", batch " << count);
+        const LayerData d = draw_layer_data(layer, c.in, count, Inputs::normal, seed + count);
+        LayerData magnitudes = d;
+        for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
+          for (float& f : *v) f = std::abs(f);
+        }
+        const LayerResult reference = run_conv_method(im2col, backend, layer, count, d);
+        const LayerResult bound = run_conv_method(im2col, backend, layer, count, magnitudes);
+        const LayerResult got = run_conv_method(onednn, backend, layer, count, d);
+        // Longest sums: an output C k k + 1 terms, a weight gradient count P, an input gradient out k k.
+        const std::size_t terms =
+            std::max({layer.geometry().patch() + 1, count * layer.geometry().out_pixels(), c.out * 25});
+        CHECK(worst_ratio(got.y, reference.y, bound.y, terms) <= 1.0);
+        CHECK(worst_ratio(got.dx, reference.dx, bound.dx, terms) <= 1.0);
+        CHECK(worst_ratio(got.grad, reference.grad, bound.grad, terms) <= 1.0);
+        CHECK(std::any_of(got.grad.begin(), got.grad.end(), [](float v) { return v != 0.0f; }));
+        CHECK(std::any_of(got.dx.begin(), got.dx.end(), [](float v) { return v != 0.0f; }));
+      }
+    }
+  }
+}
+
+TEST_CASE("the oneDNN convolution leaves the caller's OpenMP thread count as it was", "[layers][backend]") {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(3);
+  const Cpu backend(2);
+  const nn::Conv2d layer(Shape{2, 6, 6}, {3, 3, 1});
+  auto ws = layer.make_workspace(backend, 4);
+  const LayerData d = draw_layer_data(layer, Shape{2, 6, 6}, 4, Inputs::normal, 1);
+  std::vector<float> y(4 * layer.output_shape().size());
+  layer.forward(backend, ws, d.params.data(), d.x.data(), 4, y.data(), true);
+  CHECK(omp_get_max_threads() == 3);
+  omp_set_num_threads(saved);
+}
+
 TEST_CASE("the backend comparison's bound catches a real error", "[layers][backend]") {
   // A convolution whose result is off in one output element by 1e-4 of its magnitude must fail.
   const Shape in{3, 9, 8};
@@ -628,41 +709,69 @@ TEMPLATE_TEST_CASE("Sequential<Dense, Relu, Dense, Relu, Dense> computes what nn
 
 namespace {
 
-template <class B>
-long allocations_per_steps(const B& backend) {
-  using Net = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Conv2d, nn::Tanh, nn::AvgPool2d, nn::Flatten,
-                             nn::Dropout, nn::Dense, nn::Sigmoid, nn::Dense>;
-  const Net net(Shape{1, 12, 12}, {{4, 3, 1}, {}, {2}, {6, 3, 1}, {}, {2}, {}, {0.2f}, {16}, {}, {5}});
+// Allocations (operator new calls) of each of `steps` training steps after the warm-up, full and
+// partial batches in turn, then of one evaluation.
+template <class Net, class B>
+std::vector<long> allocations_per_step(const Net& net, const B& backend, std::size_t max_batch, std::size_t steps) {
   hpcps::data::Rng rng(1);
-  std::vector<float> params(net.parameter_count()), x(8 * net.input_size());
-  std::vector<std::int32_t> y(8);
+  std::vector<float> params(net.parameter_count()), x(max_batch * net.input_size());
+  std::vector<std::int32_t> y(max_batch);
   net.initialize(params.data(), 1);
   for (float& v : x) v = hpcps::data::normal_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 5));
-  auto ws = net.make_workspace(backend, 8);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+  auto ws = net.make_workspace(backend, max_batch);
   auto device_params = backend.make_buffer(params.size());
   auto grad = backend.make_buffer(params.size());
   backend.upload(params.data(), params.size(), B::data(device_params));
-  net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), 8, B::data(grad));  // warm-up
-  net.evaluate(backend, ws, B::data(device_params), x.data(), y.data(), 8);
-  const long before = hpcps_test::allocations.load();
-  for (std::size_t step = 0; step < 5; ++step) {
-    const std::size_t count = 8 - step % 3;  // full and partial batches
-    net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), count, B::data(grad),
-                 [](std::size_t) {});
+  net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), max_batch, B::data(grad));  // warm-up
+  net.evaluate(backend, ws, B::data(device_params), x.data(), y.data(), max_batch);
+  std::vector<long> counts;
+  for (std::size_t step = 0; step < steps; ++step) {
+    const std::size_t count = max_batch - step % 3;  // full and partial batches
+    const long before = hpcps_test::allocations.load();
+    net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), count, B::data(grad), [](std::size_t) {});
+    counts.push_back(hpcps_test::allocations.load() - before);
   }
-  net.evaluate(backend, ws, B::data(device_params), x.data(), y.data(), 8);
-  return hpcps_test::allocations.load() - before;
+  const long before = hpcps_test::allocations.load();
+  net.evaluate(backend, ws, B::data(device_params), x.data(), y.data(), max_batch);
+  counts.push_back(hpcps_test::allocations.load() - before);
+  return counts;
 }
+
+long total(const std::vector<long>& counts) { return std::accumulate(counts.begin(), counts.end(), 0L); }
+
+using AllocationCnn = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Conv2d, nn::Tanh, nn::AvgPool2d,
+                                     nn::Flatten, nn::Dropout, nn::Dense, nn::Sigmoid, nn::Dense>;
+const nn::Shape allocation_cnn_input{1, 12, 12};
+const AllocationCnn::Configs allocation_cnn_configs{{4, 3, 1}, {}, {2}, {6, 3, 1}, {}, {2}, {}, {0.2f}, {16}, {}, {5}};
 
 }  // namespace
 
 TEST_CASE("no allocation in a Sequential training step after make_workspace", "[layers]") {
-  CHECK(allocations_per_steps(Cpu(1)) == 0);
-  CHECK(allocations_per_steps(Cpu(2)) == 0);
+  const AllocationCnn cnn(allocation_cnn_input, allocation_cnn_configs);
+  // Every layer but the convolutions, on backend::Cpu: nothing at all.
+  using NoConv = nn::Sequential<nn::Relu, nn::MaxPool2d, nn::Tanh, nn::AvgPool2d, nn::Flatten, nn::Dropout, nn::Dense,
+                                nn::Sigmoid, nn::Dense>;
+  const NoConv no_conv(Shape{4, 12, 12}, {{}, {2}, {}, {2}, {}, {0.2f}, {16}, {}, {5}});
+  CHECK(total(allocations_per_step(no_conv, Cpu(1), 8, 5)) == 0);
+  CHECK(total(allocations_per_step(no_conv, Cpu(2), 8, 5)) == 0);
 #if defined(HPCPS_TEST_THRUST)
-  CHECK(allocations_per_steps(hpcps::backend::ThrustOmp(2)) == 0);
+  // The im2col convolution (the Thrust backends' method) allocates nothing either.
+  CHECK(total(allocations_per_step(cnn, hpcps::backend::ThrustOmp(2), 8, 5)) == 0);
 #endif
+  // backend::Cpu's convolutions run on oneDNN, whose every primitive call allocates a few small
+  // bookkeeping objects (its argument map; no buffers, nothing we can hand it). What must hold:
+  // the count is the same for every step, full batch or partial, so nothing is sized by the data
+  // or grows, and it stays small (~10 primitive calls per convolution and step).
+  for (int threads : {1, 2}) {
+    INFO("backend::Cpu(" << threads << ")");
+    const std::vector<long> counts = allocations_per_step(cnn, Cpu(threads), 8, 6);
+    const std::vector<long> steps(counts.begin(), counts.end() - 1);
+    CHECK(std::all_of(steps.begin(), steps.end(), [&](long c) { return c == steps.front(); }));
+    CHECK(steps.front() <= 2 * 10 * 16);  // 2 convolutions, ~10 calls, <= 16 allocations per call
+    // A larger batch through the same network allocates no more per step.
+    CHECK(allocations_per_step(cnn, Cpu(threads), 64, 3).front() == steps.front());
+  }
   // The counter is live.
   const long before = hpcps_test::allocations.load();
   std::vector<int> v(10);

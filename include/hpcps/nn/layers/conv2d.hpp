@@ -1,13 +1,13 @@
 #pragma once
-// 2-D convolution (cross-correlation, as in every framework) over NCHW samples by im2col + GEMM:
-// each sample's patches become a [C*k*k x P] matrix and y_n = W * cols_n. Parameters: W as
+// 2-D convolution (cross-correlation, as in every framework) over NCHW samples, computed by the
+// backend's convolution method (backend/conv2d_method.hpp). Parameters: W as
 // [out_channels x in_channels x k x k], then one bias per output channel.
 #include <algorithm>
 #include <cstddef>
 
 #include <fmt/format.h>
 
-#include "hpcps/backend/gemm.hpp"
+#include "hpcps/backend/conv2d_method.hpp"
 #include "hpcps/backend/window.hpp"
 #include "hpcps/data/random.hpp"
 #include "hpcps/error.hpp"
@@ -48,60 +48,28 @@ class Conv2d {
   }
   const backend::Window2d& geometry() const { return g_; }
 
-  // im2col columns for `chunk` samples at a time: small enough to stay in cache between the
-  // copy and the GEMM that reads it (~4 MiB), and never more than the batch.
+  // The backend's convolution method (backend/conv2d_method.hpp: oneDNN on backend::Cpu, im2col +
+  // GEMM on Thrust), with its buffers and primitives made once for max_batch samples.
   template <class Backend>
   struct Workspace {
-    typename Backend::buffer_type cols;
-    std::size_t chunk = 1;
+    backend::conv2d_method_t<Backend> method;
   };
   template <class Backend>
   Workspace<Backend> make_workspace(const Backend& backend, std::size_t max_batch) const {
-    Workspace<Backend> ws;
-    const std::size_t per_sample = g_.patch() * g_.out_pixels();
-    ws.chunk = std::clamp<std::size_t>((std::size_t{1} << 20) / per_sample, 1, std::max<std::size_t>(max_batch, 1));
-    ws.cols = backend.make_buffer(ws.chunk * per_sample);
-    return ws;
+    return Workspace<Backend>{backend::conv2d_method_t<Backend>(backend, g_, out_channels_, max_batch)};
   }
 
   template <class Backend>
   void forward(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x, std::size_t count,
                float* y, bool /*training*/) const {
-    const std::size_t K = g_.patch(), P = g_.out_pixels();
-    float* cols = Backend::data(ws.cols);
-    for (std::size_t begin = 0; begin < count; begin += ws.chunk) {
-      const std::size_t n = std::min(ws.chunk, count - begin);
-      backend.im2col(x + begin * g_.in_size(), n, g_, cols);
-      for (std::size_t s = 0; s < n; ++s) {
-        backend.gemm(backend::Transpose::no, backend::Transpose::no, out_channels_, P, K, 1.0f, params, K,
-                     cols + s * K * P, P, 0.0f, y + (begin + s) * out_channels_ * P, P);
-      }
-    }
-    backend.channel_bias(y, params + out_channels_ * K, count, out_channels_, P);
+    ws.method.forward(backend, params, x, count, y);
   }
 
-  // dW = sum_n dy_n cols_n^T; dcols_n = W^T dy_n overwrites cols_n once dW has read it; dx = col2im.
+  // grad = [dW, db] summed over the batch (overwritten); dx = d(loss)/dx unless null.
   template <class Backend>
   void backward(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x, const float* /*y*/,
                 const float* dy, std::size_t count, float* dx, float* grad) const {
-    const std::size_t K = g_.patch(), P = g_.out_pixels();
-    float* cols = Backend::data(ws.cols);
-    for (std::size_t begin = 0; begin < count; begin += ws.chunk) {
-      const std::size_t n = std::min(ws.chunk, count - begin);
-      backend.im2col(x + begin * g_.in_size(), n, g_, cols);
-      for (std::size_t s = 0; s < n; ++s) {
-        const float* dy_n = dy + (begin + s) * out_channels_ * P;
-        float* cols_n = cols + s * K * P;
-        backend.gemm(backend::Transpose::no, backend::Transpose::yes, out_channels_, K, P, 1.0f, dy_n, P, cols_n, P,
-                     begin + s == 0 ? 0.0f : 1.0f, grad, K);
-        if (dx != nullptr) {
-          backend.gemm(backend::Transpose::yes, backend::Transpose::no, K, P, out_channels_, 1.0f, params, K, dy_n, P,
-                       0.0f, cols_n, P);
-        }
-      }
-      if (dx != nullptr) backend.col2im(cols, n, g_, dx + begin * g_.in_size());
-    }
-    backend.channel_sums(dy, count, out_channels_, P, grad + out_channels_ * K);
+    ws.method.backward(backend, params, x, dy, count, dx, grad);
   }
 
  private:
