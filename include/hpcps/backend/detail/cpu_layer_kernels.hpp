@@ -65,19 +65,52 @@ inline void col2im_sample(const float* cols, const Window2d& g, float* dx) {
 }
 
 // y = the largest element of each window (the first one on ties), argmax = its index in the plane.
+// Comparisons are selects, not branches: with a branch each, random data mispredicted about half
+// of them and the CNN's first pooling took ~7 ns per input element (12 ms of a 42 ms step).
 inline void max_pool_sample(const float* x, const Window2d& g, float* y, std::int32_t* argmax) {
+  const std::size_t ow = g.out_width;
+  if (g.window == 2 && g.stride == 2) {
+    // The common case, one output row from two input rows; the loop over ox vectorizes.
+    const auto W = static_cast<std::int32_t>(g.width);
+    for (std::size_t c = 0; c < g.channels; ++c) {
+      const float* plane = x + c * g.in_pixels();
+      for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+        const auto top = static_cast<std::int32_t>(2 * oy * g.width);
+        const float* r0 = plane + top;
+        const float* r1 = r0 + W;
+        float* out = y + (c * g.out_height + oy) * ow;
+        std::int32_t* where = argmax + (c * g.out_height + oy) * ow;
+#pragma omp simd
+        for (std::size_t ox = 0; ox < ow; ++ox) {
+          const auto at = top + 2 * static_cast<std::int32_t>(ox);
+          float best = r0[2 * ox];
+          std::int32_t index = at;
+          const float b = r0[2 * ox + 1], c0 = r1[2 * ox], d = r1[2 * ox + 1];
+          index = b > best ? at + 1 : index;
+          best = b > best ? b : best;
+          index = c0 > best ? at + W : index;
+          best = c0 > best ? c0 : best;
+          index = d > best ? at + W + 1 : index;
+          best = d > best ? d : best;
+          out[ox] = best;
+          where[ox] = index;
+        }
+      }
+    }
+    return;
+  }
   for (std::size_t c = 0; c < g.channels; ++c) {
     const float* plane = x + c * g.in_pixels();
     for (std::size_t oy = 0; oy < g.out_height; ++oy) {
-      for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+      for (std::size_t ox = 0; ox < ow; ++ox) {
         std::size_t best = oy * g.stride * g.width + ox * g.stride;
         for (std::size_t wy = 0; wy < g.window; ++wy) {
           for (std::size_t wx = 0; wx < g.window; ++wx) {
             const std::size_t at = (oy * g.stride + wy) * g.width + ox * g.stride + wx;
-            if (plane[at] > plane[best]) best = at;
+            best = plane[at] > plane[best] ? at : best;
           }
         }
-        const std::size_t o = (c * g.out_height + oy) * g.out_width + ox;
+        const std::size_t o = (c * g.out_height + oy) * ow + ox;
         y[o] = plane[best];
         argmax[o] = static_cast<std::int32_t>(best);
       }
