@@ -28,7 +28,7 @@ def label(sync, staleness):
 
 def run_once(args, sync, staleness, slowed, report_path):
     cmd = ["mpiexec", "-iface", "lo", "-n", str(args.ranks), os.path.join(args.build, "examples", "fashion_mnist_mlp"),
-           "--sync", sync, "--epochs", str(args.epochs), "--evaluations-per-epoch", str(args.evaluations_per_epoch),
+           "--servers", "1", "--sync", sync, "--epochs", str(args.epochs), "--evaluations-per-epoch", str(args.evaluations_per_epoch),
            "--report", report_path]
     if staleness is not None:
         cmd += ["--staleness", str(staleness)]

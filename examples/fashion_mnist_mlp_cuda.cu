@@ -1,11 +1,11 @@
-// The CUDA compositions of the Fashion-MNIST example (--backend cuda), compiled by nvcc.
-#include "fashion_mnist_mlp.hpp"
+// The CUDA compositions of the Fashion-MNIST MLP example (--backend cuda), compiled by nvcc.
+#include "fashion_mnist.hpp"
 
 #include <hpcps/backend/thrust.hpp>
 
 namespace fashion_mnist {
 
-int run_cuda(const Problem& p) {
+int run_cuda(const Problem<hpcps::nn::Mlp<hpcps::nn::Relu>>& p) {
   if (!hpcps::backend::detail::cuda_device_available()) {
     throw hpcps::Error("--backend cuda: no usable CUDA device on this machine");
   }

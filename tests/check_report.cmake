@@ -3,7 +3,11 @@
 # relies on, with test_accuracy >= MIN_ACCURACY.
 #
 #   cmake -DREPORT=<file> -DMIN_ACCURACY=<x> [-DMAX_STALENESS=s] [-DREFERENCE=<report>
-#         -DMAX_DIFFERENCE_TEN_THOUSANDTHS=<n>] [-DTIMEOUT=s] -P check_report.cmake -- <command> [args...]
+#         -DMAX_DIFFERENCE_TEN_THOUSANDTHS=<n>] [-DEXPECT_GROUPS=<json>] [-DEXPECT_TRANSPORTS=<a,b,...>]
+#         [-DTIMEOUT=s] -P check_report.cmake -- <command> [args...]
+#
+# EXPECT_GROUPS: config.shared_memory_groups, e.g. [[0,2],[1,3]]; EXPECT_TRANSPORTS: the transport
+# of every worker-server pair in config.pairs, in order.
 cmake_minimum_required(VERSION 3.20)
 if(NOT DEFINED TIMEOUT)
   set(TIMEOUT 240)
@@ -67,5 +71,27 @@ if(DEFINED MAX_STALENESS)
   message(STATUS "largest staleness a server allowed: ${staleness}")
   if(staleness GREATER MAX_STALENESS)
     message(FATAL_ERROR "a server allowed staleness ${staleness}, above the bound ${MAX_STALENESS}")
+  endif()
+endif()
+if(DEFINED EXPECT_GROUPS)
+  string(JSON groups GET "${json}" config shared_memory_groups)
+  string(REGEX REPLACE "[ \t\n]" "" groups "${groups}")
+  message(STATUS "shared-memory groups: ${groups}")
+  if(NOT groups STREQUAL EXPECT_GROUPS)
+    message(FATAL_ERROR "shared-memory groups ${groups}, expected ${EXPECT_GROUPS}")
+  endif()
+endif()
+if(DEFINED EXPECT_TRANSPORTS)
+  string(JSON pairs LENGTH "${json}" config pairs)
+  set(transports "")
+  math(EXPR last_pair "${pairs} - 1")
+  foreach(i RANGE ${last_pair})
+    string(JSON via GET "${json}" config pairs ${i} transport)
+    list(APPEND transports "${via}")
+  endforeach()
+  string(REPLACE ";" "," transports "${transports}")
+  message(STATUS "worker-server transports: ${transports}")
+  if(NOT transports STREQUAL EXPECT_TRANSPORTS)
+    message(FATAL_ERROR "worker-server transports ${transports}, expected ${EXPECT_TRANSPORTS}")
   endif()
 endif()

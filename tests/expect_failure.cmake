@@ -3,9 +3,11 @@
 # PASS_REGULAR_EXPRESSION cannot do this: it ignores the exit code, and a job that hangs until its
 # kill timer fires may still have printed the expected line before hanging.
 #
-#   cmake "-DEXPECT=<regex>" [-DTIMEOUT=<seconds>] [-DONCE=ON] -P expect_failure.cmake -- <command> [args...]
+#   cmake "-DEXPECT=<regex>" [-DTIMEOUT=<seconds>] [-DONCE=ON] [-DEXIT_CODE=<n>] -P expect_failure.cmake
+#         -- <command> [args...]
 #
-# ONCE: the output must hold exactly one "hpcps: fatal error" line (an error all ranks raise alike).
+# ONCE: EXPECT must match exactly once (an error all ranks raise alike is printed by one of them).
+# EXIT_CODE: the exit code the command must end with (2 for bad usage).
 #
 # The command goes after "--" so that its arguments need no list escaping; a ;-list in -DCOMMAND=
 # is accepted too. TIMEOUT (default 60) should be shorter than any kill timer inside the command
@@ -59,10 +61,13 @@ if(NOT output MATCHES "${EXPECT}")
 endif()
 if(ONCE)
   # An error every rank raises alike must be printed by one rank, not once per rank.
-  string(REGEX MATCHALL "hpcps: fatal error" reports "${output}")
+  string(REGEX MATCHALL "${EXPECT}" reports "${output}")
   list(LENGTH reports count)
   if(NOT count EQUAL 1)
-    message(FATAL_ERROR "FAIL: 'hpcps: fatal error' printed ${count} times; expected once")
+    message(FATAL_ERROR "FAIL: the expected message was printed ${count} times; expected once")
   endif()
+endif()
+if(DEFINED EXIT_CODE AND NOT result STREQUAL EXIT_CODE)
+  message(FATAL_ERROR "FAIL: exit code ${result}, expected ${EXIT_CODE}")
 endif()
 message(STATUS "PASS: failed as expected (${result}) with output matching: ${EXPECT}")

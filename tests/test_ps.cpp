@@ -190,6 +190,7 @@ namespace {
 struct Trained {
   std::uint64_t fingerprint = 0;  // of the worker's parameters; 0 on a dedicated server
   bool shared_memory = false;     // ParameterServer::uses_shared_memory() on this rank
+  std::vector<std::vector<int>> groups;  // ParameterServer::shared_memory_groups()
 };
 
 // Trains `net` with SGD (lr 0.3) for 2 epochs of batch `batch` over `train`, pieces of 5 floats,
@@ -211,6 +212,7 @@ Trained train_with(const Net& net, const hpcps::data::Dataset& train, int server
   Trained out;
   if (ps.is_worker()) out.fingerprint = fingerprint(ps.worker().parameters());
   out.shared_memory = ps.uses_shared_memory();
+  out.groups = ps.shared_memory_groups();
   return out;
 }
 
@@ -239,18 +241,46 @@ TEST_CASE("ranks on one node share memory without changing a bit", "[ps][mpi]") 
   const auto world = hpcps::comm::Communicator::world();
   const Net net({6, 8, 4});
   const auto train = synthetic(23, 6, 4, 21);
+  // The nodes as MPI sees them: all ranks on one machine, or odd and even ranks apart under
+  // MPIR_CVAR_ODD_EVEN_CLIQUES=1 (test_ps.np*.cliques). Every node of two or more ranks shares.
+  const auto node = world.split_shared(world.rank());
+  std::vector<int> node_of(static_cast<std::size_t>(world.size()));
+  const int first_on_node = node.allreduce_value(world.rank(), MPI_MIN);
+  world.allgather(&first_on_node, 1, node_of.data());
+  std::vector<std::vector<int>> nodes;
+  for (int leader = 0; leader < world.size(); ++leader) {
+    std::vector<int> members;
+    for (int r = 0; r < world.size(); ++r) {
+      if (node_of[static_cast<std::size_t>(r)] == leader) members.push_back(r);
+    }
+    if (members.size() > 1) nodes.push_back(members);
+  }
   for (int servers = 0; servers < world.size(); ++servers) {
     std::uint64_t prints[2] = {0, 0};
     bool shared[2] = {false, false};
+    std::vector<std::vector<int>> groups[2];
     for (int run = 0; run < 2; ++run) {
       const Trained t = train_with(net, train, servers, 5, [&](Ps::Options& o) { o.shared_memory = run == 0; });
       prints[run] = t.fingerprint;
       shared[run] = t.shared_memory;
+      groups[run] = t.groups;
     }
-    INFO("servers " << servers << " of " << world.size() << " ranks");
-    // mpiexec on one machine puts every rank on one node: every rank has a peer to share with.
-    CHECK(shared[0] == (world.size() > 1));
+    INFO("servers " << servers << " of " << world.size() << " ranks, " << nodes.size() << " node(s) of 2+ ranks");
+    // A rank shares memory when a rank of the other role is on its node (colocated: any other
+    // rank); the whole job knows which ranks joined each node's window.
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
+    const auto is_worker = [&](int r) { return r < workers; };
+    const auto is_server = [&](int r) { return servers == 0 || r >= workers; };
+    bool partner_on_node = false;
+    for (int r = 0; r < world.size(); ++r) {
+      const int me = world.rank();
+      if (r == me || node_of[static_cast<std::size_t>(r)] != node_of[static_cast<std::size_t>(me)]) continue;
+      partner_on_node = partner_on_node || (is_worker(me) && is_server(r)) || (is_server(me) && is_worker(r));
+    }
+    CHECK(shared[0] == partner_on_node);
+    CHECK(groups[0] == nodes);
     CHECK_FALSE(shared[1]);
+    CHECK(groups[1].empty());
     if (world.rank() < (servers == 0 ? world.size() : world.size() - servers)) {
       CHECK(prints[0] == prints[1]);
       std::vector<float> initial(net.parameter_count());

@@ -2,6 +2,7 @@
 // The composition users write: a network type, a gradient backend, a synchronization strategy and
 // a server-side update rule, checked at compile time, then split at run time into worker and
 // server roles over MPI_COMM_WORLD.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -135,6 +136,10 @@ class ParameterServer {
     if constexpr (can_share_memory) {
       if (shares_memory(options)) share_node_memory();
     }
+    // Every rank learns which ranks share a window, so any of them can tell the whole job's truth.
+    const int group = shared_group_leader_;
+    shared_group_.resize(static_cast<std::size_t>(world_.size()));
+    world_.allgather(&group, 1, shared_group_.data());
     if (layout_.colocated()) {
       if constexpr (Sync::aggregates) {
         if constexpr (Backend::host_accessible) {
@@ -143,6 +148,7 @@ class ParameterServer {
             const auto local = worker_->attach_local_server(layout_.server_index(world_.rank()));
             server_->attach_local_worker(static_cast<std::size_t>(world_.rank()), local.count, local.gradient,
                                          local.parameters);
+            local_shortcut_ = true;
           }
         }
         server_->start_aggregating();
@@ -186,6 +192,32 @@ class ParameterServer {
   const comm::Communicator& world() const { return world_; }
   // Whether this rank exchanges with some other rank through shared memory.
   bool uses_shared_memory() const { return node_peers_ > 0; }
+  // Whether a colocated rank's own slice and shard skip MPI (Options::local_shortcut, where it applies).
+  bool uses_local_shortcut() const { return local_shortcut_; }
+  // Whether ranks a and b joined the same node's shared-memory window (every rank knows this for
+  // all pairs). A worker and a server that did exchange through it; a pair that did not, by messages.
+  bool share_memory(int a, int b) const {
+    const int ga = shared_group_.at(static_cast<std::size_t>(a)), gb = shared_group_.at(static_cast<std::size_t>(b));
+    return a != b && ga >= 0 && ga == gb;
+  }
+  // The ranks of each shared-memory window, in rank order: {{0, 2}, {1, 3}} for two nodes of two
+  // ranks; empty when every exchange is a message.
+  std::vector<std::vector<int>> shared_memory_groups() const {
+    std::vector<std::vector<int>> groups;
+    std::vector<int> leaders;
+    for (int r = 0; r < world_.size(); ++r) {
+      const int g = shared_group_[static_cast<std::size_t>(r)];
+      if (g < 0) continue;
+      const auto at = std::find(leaders.begin(), leaders.end(), g);
+      if (at == leaders.end()) {
+        leaders.push_back(g);
+        groups.push_back({r});
+      } else {
+        groups[static_cast<std::size_t>(at - leaders.begin())].push_back(r);
+      }
+    }
+    return groups;
+  }
 
   worker_type& worker() {
     if (!worker_) throw Error(fmt::format("ParameterServer::worker() called on rank {}, a server", world_.rank()));
@@ -234,6 +266,7 @@ class ParameterServer {
       return;
     }
     window_ = comm::SharedWindow(node_, floats * sizeof(float));
+    shared_group_leader_ = *std::min_element(members.begin(), members.end());
     const auto segment = [&](int rank) {
       return static_cast<float*>(window_.segment(node_rank[static_cast<std::size_t>(rank)]));
     };
@@ -267,6 +300,9 @@ class ParameterServer {
   comm::Communicator node_;
   comm::SharedWindow window_;
   int node_peers_ = 0;
+  bool local_shortcut_ = false;
+  int shared_group_leader_ = -1;    // lowest world rank of this rank's window; -1: no window
+  std::vector<int> shared_group_;   // every rank's shared_group_leader_
   std::unique_ptr<worker_type> worker_;
   std::unique_ptr<server_type> server_;
 };

@@ -1,5 +1,7 @@
 #pragma once
 // Training reports as JSON, for --report files and the benchmark scripts that read them.
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -50,8 +52,10 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
 
 inline void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
+  if (!out) throw Error(fmt::format("cannot create report file '{}': {}", path, std::strerror(errno)));
   out << text << '\n';
-  if (!out) throw Error(fmt::format("cannot write report file '{}'", path));
+  out.flush();
+  if (!out) throw Error(fmt::format("cannot write report file '{}': {}", path, std::strerror(errno)));
 }
 
 }  // namespace hpcps::ps

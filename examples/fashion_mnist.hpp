@@ -1,0 +1,424 @@
+#pragma once
+// What the Fashion-MNIST examples share: the command line, its validation, and the compositions
+// (every strategy x update rule for a backend), over any network type. fashion_mnist_mlp.cpp and
+// fashion_mnist_cnn.cpp each add their network's options and build it; the *_cuda.cu sources hold
+// the Thrust CUDA compositions, compiled by nvcc.
+#include <hpcps/hpcps.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fashion_mnist {
+
+struct Config {
+  std::string program;
+  std::string data = hpcps::data::default_fashion_mnist_dir();
+  std::size_t epochs = 10;
+  std::size_t batch = 64;
+  std::string backend = "cpu";
+  std::string sync = "bsp";
+  int staleness = 2;
+  std::string optimizer = "momentum";
+  std::optional<float> lr;  // default depends on the optimizer
+  float momentum = 0.9f;
+  std::string schedule = "cosine";
+  float weight_decay = 0.0f;
+  std::optional<int> servers;  // unset: chosen from the launch (layout())
+  int threads = 1;
+  std::uint64_t seed = 1;
+  std::string report;
+  std::size_t evaluations_per_epoch = 1;
+  bool evaluate = true;           // test-set evaluation on rank 0 (excluded from the training time)
+  std::size_t train_samples = 0;  // train on the first N samples only; 0: all
+  std::string wire = "fp32";       // number format of pushed gradients: fp32, bf16, fp16
+  std::string pull_wire = "fp32";  // number format of pulled parameters
+  std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
+  bool overlap = true;             // push pieces during backpropagation
+  bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
+  int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
+  double slowdown = 1.0;
+};
+
+inline float default_lr(const std::string& optimizer) {
+  if (optimizer == "adam") return 0.001f;
+  if (optimizer == "sgd") return 0.1f;
+  return 0.02f;  // momentum, nesterov
+}
+
+// The rank the launcher gave this process, before MPI is initialised: usage errors found while
+// parsing the command line are printed by rank 0 alone. Hydra and Slurm's PMI set PMI_RANK, Open
+// MPI its own variable, srun SLURM_PROCID; a process started without a launcher is rank 0.
+inline bool launched_as_rank_zero() {
+  for (const char* name : {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return std::strcmp(value, "0") == 0;
+  }
+  return true;
+}
+
+// A number flag whose value must be finite and within [low, high] (or (low, high] when
+// `low_open`): CLI11's own checks let "nan" through and print a 309-digit bound for "1e309".
+inline CLI::Validator finite_in(double low, double high, bool low_open = false) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool parsed = end != text.c_str() && *end == '\0';
+        if (parsed && std::isfinite(v) && (low_open ? v > low : v >= low) && v <= high) return {};
+        return fmt::format("'{}' is not a number in {}{:g}, {:g}]", text, low_open ? "(" : "[", low, high);
+      },
+      fmt::format("FLOAT in {}{:g}, {:g}]", low_open ? "(" : "[", low, high));
+}
+
+// The options every example takes; the caller adds its network's.
+inline void add_common_options(CLI::App& app, Config& cfg) {
+  app.add_option("--data", cfg.data, "Folder with the Fashion-MNIST IDX files (.gz or not)")->capture_default_str();
+  app.add_option("--epochs", cfg.epochs, "Passes over the training set")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--batch", cfg.batch, "Global minibatch per clock, split among the workers")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  app.add_option("--backend", cfg.backend, "Gradient backend: cpu, thrust-omp, cuda (where built with CUDA)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "thrust-omp", "cuda"}));
+  app.add_option("--sync", cfg.sync, "Synchronization: bsp (synchronous), ssp (stale-bounded), async")
+      ->capture_default_str()->check(CLI::IsMember({"bsp", "ssp", "async"}));
+  app.add_option("--staleness", cfg.staleness,
+                 "Staleness bound s of --sync ssp: clocks a worker may run ahead (0..10000; beyond, use --sync async)")
+      ->capture_default_str()->check(CLI::Range(0, 10000));
+  app.add_option("--optimizer", cfg.optimizer, "Server-side update rule: sgd, momentum, nesterov, adam")
+      ->capture_default_str()->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam"}));
+  app.add_option("--lr", cfg.lr, "Learning rate in (0, 10] (default: 0.1 sgd, 0.02 momentum/nesterov, 0.001 adam)")
+      ->check(finite_in(0.0, 10.0, true));
+  app.add_option("--schedule", cfg.schedule, "Learning-rate schedule over the run: cosine (to 0), step (x0.1 every third), constant")
+      ->capture_default_str()->check(CLI::IsMember({"cosine", "step", "constant"}));
+  app.add_option("--momentum", cfg.momentum, "Momentum of --optimizer momentum/nesterov, in [0, 0.999]")
+      ->capture_default_str()->check(finite_in(0.0, 0.999));
+  app.add_option("--weight-decay", cfg.weight_decay, "L2 weight decay, in [0, 1]")->capture_default_str()->check(finite_in(0.0, 1.0));
+  app.add_option("--servers", cfg.servers,
+                 "Server ranks (the last ones); the rest are workers. 0: colocated, every rank a worker and the "
+                 "server of its own shard (synchronous only). Default: colocated for bsp, 1 server otherwise")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--threads", cfg.threads, "Compute threads per worker rank")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--seed", cfg.seed, "Seed for initialisation and shuffling")->capture_default_str();
+  app.add_option("--report", cfg.report, "Write a JSON summary to this file (rank 0; created before training)");
+  app.add_option("--evaluations-per-epoch", cfg.evaluations_per_epoch,
+                 "Test-set evaluations on rank 0 per epoch (time-to-accuracy curves in the report)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--train-samples", cfg.train_samples, "Train on the first N training samples only (0: all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-evaluation", cfg.evaluate,
+               "Skip the test-set evaluations (benchmarks: they are not training time, but rank 0 spends them)");
+  app.add_option("--wire", cfg.wire, "Number format of the pushed gradients: fp32, bf16, fp16 (servers sum in fp32)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--pull-wire", cfg.pull_wire,
+                 "Number format of the pulled parameters: fp32, bf16, fp16 (servers keep fp32 masters)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--piece-floats", cfg.piece_floats, "Largest push/pull message in floats (a shard travels as pieces)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");
+  app.add_flag("!--no-shared-memory", cfg.shared_memory,
+               "Send every byte in point-to-point messages, also between ranks on one node");
+  app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
+  app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
+      ->capture_default_str()->check(CLI::Range(1.0, 100.0));
+}
+
+// Parses the command line before MPI starts. A usage error is printed once (by rank 0) and every
+// rank returns exit code 2; --help prints and returns 0. nullopt: go on.
+inline std::optional<int> parse(CLI::App& app, Config& cfg, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream silent;
+    const int code = launched_as_rank_zero() ? app.exit(e) : app.exit(e, silent, silent);
+    return code == 0 ? 0 : 2;
+  }
+  if (!cfg.lr) cfg.lr = default_lr(cfg.optimizer);
+  return std::nullopt;
+}
+
+// Servers for this launch: as given, or colocated for the synchronous strategy (the fastest
+// layout on one node, and the only one for a single rank) and one server for the others, which
+// need a rank that only serves.
+inline int servers_for(const Config& cfg) { return cfg.servers ? *cfg.servers : (cfg.sync == "bsp" ? 0 : 1); }
+
+// What can be checked once the launch's size and the training set are known, before any training:
+// empty if nothing is wrong, else one sentence that names the flag. Every rank computes the same.
+inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train_samples) {
+  const int servers = servers_for(cfg);
+  if (servers >= ranks && !cfg.servers) {
+    return fmt::format("--sync {} needs a rank that only serves and at least one worker: launch at least {} ranks",
+                       cfg.sync, servers + 1);
+  }
+  if (servers >= ranks) {
+    return fmt::format("--servers {}: a launch of {} rank(s) then has no worker; use at most {} server(s)", servers,
+                       ranks, ranks - 1);
+  }
+  if (servers == 0 && cfg.sync != "bsp") {
+    return fmt::format("--servers 0 (colocated) works with --sync bsp only, not --sync {}; give at least one server",
+                       cfg.sync);
+  }
+  const int workers = ranks - servers;
+  if (cfg.batch < static_cast<std::size_t>(workers)) {
+    return fmt::format("--batch {}: smaller than the {} workers of this launch; each needs at least one sample",
+                       cfg.batch, workers);
+  }
+  if (cfg.batch > train_samples) {
+    return fmt::format("--batch {}: larger than the {} training samples{}", cfg.batch, train_samples,
+                       cfg.train_samples ? " (--train-samples)" : "");
+  }
+  if (cfg.slow_worker >= workers) {
+    return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
+  }
+  return {};
+}
+
+// Rank 0 creates the report file now, so a path that cannot be written fails before training.
+inline std::string report_problem(const Config& cfg) {
+  if (cfg.report.empty()) return {};
+  std::ofstream out(cfg.report);
+  if (!out) return fmt::format("--report {}: cannot create the file: {}", cfg.report, std::strerror(errno));
+  return {};
+}
+
+// Keeps the first `count` samples of `set`: short runs train on a prefix instead of the whole set.
+inline void keep_first(hpcps::data::Dataset& set, std::size_t count) {
+  set.count = count;
+  set.images.resize(count * set.features);
+  set.labels.resize(count);
+}
+
+template <class Network>
+struct Problem {
+  const hpcps::comm::Communicator& world;
+  const Config& cfg;
+  const hpcps::data::TrainTest& data;
+  const Network& network;
+  int servers;
+  int workers;
+  std::function<void(hpcps::metrics::JsonWriter&)> network_fields;  // the network's own options, in the report
+};
+
+// The start of every run, on every rank: the launch's checks, the data. Returns the exit code if
+// the run must stop (2: bad usage, printed by rank 0), else nullopt with `data` loaded.
+inline std::optional<int> prepare(const hpcps::comm::Communicator& world, const Config& cfg,
+                                  hpcps::data::TrainTest& data) {
+  const bool root = world.rank() == 0;
+  const auto stop = [&](const std::string& problem) {
+    if (root) std::fprintf(stderr, "%s: %s\n", cfg.program.c_str(), problem.c_str());
+    return 2;
+  };
+  int report_ok = root ? (report_problem(cfg).empty() ? 1 : 0) : 1;
+  world.broadcast(&report_ok, 1, 0);
+  if (!report_ok) return stop(root ? report_problem(cfg) : std::string());
+  data = hpcps::data::load_fashion_mnist(cfg.data);
+  if (cfg.train_samples > data.train.count) {
+    return stop(fmt::format("--train-samples {}: the training set in {} has only {} samples", cfg.train_samples,
+                            cfg.data, data.train.count));
+  }
+  if (cfg.train_samples > 0) keep_first(data.train, cfg.train_samples);
+  if (const std::string problem = usage_problem(cfg, world.size(), data.train.count); !problem.empty()) {
+    return stop(problem);
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (root && cores > 0 && static_cast<unsigned>(cfg.threads) > cores) {
+    std::fprintf(stderr, "%s: warning: --threads %d is more than this machine's %u cores: the threads will share "
+                 "them and each step will be slower, not faster\n", cfg.program.c_str(), cfg.threads, cores);
+  }
+  return std::nullopt;
+}
+
+// "ranks 0-2 colocated (each a worker and the server of its shard)", "workers 0-1, server 2".
+inline std::string describe_layout(const hpcps::ps::Layout& layout, bool chosen) {
+  const auto span = [](int first, int last) {
+    return first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
+  };
+  std::string text = layout.colocated() && layout.workers() == 1
+                         ? std::string("rank 0 alone (worker and server of the whole vector)")
+                     : layout.colocated()
+                         ? fmt::format("ranks {} colocated (each a worker and the server of its shard)",
+                                       span(0, layout.workers() - 1))
+                         : fmt::format("workers {}, server{} {}", span(0, layout.workers() - 1),
+                                       layout.servers() > 1 ? "s" : "",
+                                       span(layout.server_rank(0), layout.server_rank(layout.servers() - 1)));
+  return chosen ? text + " [chosen for this launch; --servers sets it]" : text;
+}
+
+// How the workers and servers of a constructed ParameterServer exchange: shared memory within each
+// group of ranks that joined one node's window, messages between the others, and (colocated) a
+// rank's own slice in place.
+template <class Server>
+std::string describe_transport(const Server& ps) {
+  const auto groups = ps.shared_memory_groups();
+  const auto& layout = ps.layout();
+  const int ranks = layout.colocated() ? layout.workers() : layout.workers() + layout.servers();
+  if (groups.empty()) return ranks > 1 ? "messages between all ranks" : "nothing to exchange";
+  std::vector<std::string> sets;
+  for (const auto& g : groups) sets.push_back(fmt::format("{{{}}}", fmt::join(g, ",")));
+  bool messages = false;
+  for (int w = 0; w < layout.workers(); ++w) {
+    for (int s = 0; s < layout.servers(); ++s) {
+      const int server = layout.server_rank(s), worker = layout.worker_rank(w);
+      if (server != worker && !ps.share_memory(worker, server)) messages = true;
+    }
+  }
+  return fmt::format("shared memory among ranks {}{}", fmt::join(sets, " and "),
+                     messages ? ", messages between the others" : "");
+}
+
+// The same, pair by pair, for the report: every worker-server pair with how it exchanges.
+template <class Server>
+void write_transport(hpcps::metrics::JsonWriter& json, const Server& ps) {
+  json.key("shared_memory_groups").begin_array();
+  for (const auto& g : ps.shared_memory_groups()) {
+    json.begin_array();
+    for (int r : g) json.value(r);
+    json.end_array();
+  }
+  json.end_array();
+  json.key("pairs").begin_array();
+  const auto& layout = ps.layout();
+  for (int w = 0; w < layout.workers(); ++w) {
+    for (int s = 0; s < layout.servers(); ++s) {
+      const int worker = layout.worker_rank(w), server = layout.server_rank(s);
+      const char* via = worker == server && ps.uses_local_shortcut() ? "in place"
+                        : ps.share_memory(worker, server)            ? "shared memory"
+                                                                     : "messages";
+      json.begin_object().field("worker", worker).field("server", server).field("transport", via).end_object();
+    }
+  }
+  json.end_array();
+}
+
+template <class Backend, class Network, class Sync, class Optimizer>
+int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
+  using Server = hpcps::ParameterServer<Network, Backend, Sync, Optimizer>;
+  const Config& cfg = p.cfg;
+  const bool root = p.world.rank() == 0;
+  typename Server::Options options;
+  options.servers = p.servers;
+  options.seed = cfg.seed;
+  options.max_batch = hpcps::ps::worker_batch(cfg.batch, 0, p.workers);  // worker 0 gets the largest share
+  options.wire = hpcps::ps::parse_wire_format(cfg.wire);
+  options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
+  options.piece_floats = cfg.piece_floats;
+  options.overlap = cfg.overlap;
+  options.shared_memory = cfg.shared_memory;
+  Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
+
+  if (root) {
+    fmt::print("hpcps {}: {} ({} parameters), {}, global batch {}, {} thread(s)/rank, sync {}{}, optimizer {} (lr {} "
+               "{}), backend {}, wire {} push / {} pull; {}\n",
+               hpcps::version_string, p.network.describe(), p.network.parameter_count(),
+               describe_layout(ps.layout(), !cfg.servers), cfg.batch, cfg.threads, Sync::name,
+               cfg.sync == "ssp" ? fmt::format(" (staleness {})", cfg.staleness) : std::string(), cfg.optimizer,
+               *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire,
+               describe_transport(ps));
+    if (cfg.slow_worker >= 0) fmt::print("worker {} is slowed down {}x\n", cfg.slow_worker, cfg.slowdown);
+    fmt::print("{:>5} {:>10} {:>9} {:>10} {:>9} {:>11} {:>8} {:>9} {:>9} {:>9}\n", "epoch", "train_loss", "train_acc",
+               "test_loss", "test_acc", "samples/s", "time_s", "compute", "comm", "wait");
+    std::fflush(stdout);
+  }
+  hpcps::ps::TrainOptions train_options;
+  train_options.epochs = cfg.epochs;
+  train_options.batch = cfg.batch;
+  train_options.seed = cfg.seed;
+  train_options.evaluations_per_epoch = cfg.evaluations_per_epoch;
+  train_options.evaluate = cfg.evaluate;
+  if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
+    train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
+      if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
+    };
+  }
+  const auto report = hpcps::ps::train(ps, p.data.train, &p.data.test, train_options, [](const hpcps::ps::EpochReport& e) {
+    fmt::print("{:>5} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>11.0f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n", e.epoch,
+               e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy, e.samples_per_second, e.seconds,
+               e.times.compute, e.times.communicate, e.times.wait);
+    std::fflush(stdout);
+  });
+
+  if (root) {
+    fmt::print("final test accuracy {}, {:.0f} samples/s, {:.2f} s training, {:.2f} s wall; "
+               "server: {} updates, {:.2f} s waiting, {:.2f} s updating, largest staleness {}\n",
+               cfg.evaluate ? fmt::format("{:.4f}", report.test_accuracy) : std::string("not evaluated"),
+               report.samples_per_second, report.train_seconds, report.wall_seconds,
+               report.server_updates, report.server_wait, report.server_update, report.server_max_staleness);
+    if (!cfg.report.empty()) {
+      hpcps::metrics::JsonWriter json;
+      json.begin_object();
+      json.key("config").begin_object();
+      json.field("program", cfg.program).field("network", p.network.describe());
+      if (p.network_fields) p.network_fields(json);
+      json.field("parameters", p.network.parameter_count()).field("data", cfg.data).field("epochs", cfg.epochs);
+      json.field("train_samples", p.data.train.count).field("evaluate", cfg.evaluate);
+      json.field("batch", cfg.batch).field("sync", cfg.sync).field("staleness", cfg.sync == "ssp" ? cfg.staleness : 0);
+      json.field("optimizer", cfg.optimizer).field("lr", *cfg.lr).field("schedule", cfg.schedule);
+      json.field("momentum", cfg.momentum).field("weight_decay", cfg.weight_decay);
+      json.field("servers", p.servers).field("servers_chosen", !cfg.servers);
+      json.field("workers", ps.layout().workers()).field("threads", cfg.threads);
+      json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
+      json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown);
+      json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
+      json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
+      json.field("shared_memory_requested", cfg.shared_memory);
+      json.field("shared_memory", !ps.shared_memory_groups().empty());
+      write_transport(json, ps);
+      json.end_object();
+      hpcps::ps::write_report_fields(json, report);
+      json.end_object();
+      hpcps::ps::write_file(cfg.report, json.str());
+      fmt::print("report written to {}\n", cfg.report);
+    }
+  }
+  return 0;
+}
+
+// The learning-rate schedule over server updates. Asynchronous and stale-synchronous servers
+// update once per push, W times per clock, so their schedule is W times longer and the rate per
+// update is lr / W: a clock's W updates then move the parameters about as far as one synchronous
+// update of the same lr.
+template <class Network>
+hpcps::optim::Schedule make_schedule(const Problem<Network>& p, bool aggregates) {
+  const Config& cfg = p.cfg;
+  const std::size_t per_clock = aggregates ? 1 : static_cast<std::size_t>(p.workers);
+  const std::size_t steps = cfg.epochs * hpcps::ps::clocks_per_epoch(p.data.train.count, cfg.batch, p.workers) * per_clock;
+  const float lr = *cfg.lr / static_cast<float>(per_clock);
+  if (cfg.schedule == "cosine") return hpcps::optim::Schedule::cosine(lr, steps);
+  if (cfg.schedule == "step") return hpcps::optim::Schedule::step_decay(lr, std::max<std::size_t>(steps / 3, 1), 0.1f);
+  return hpcps::optim::Schedule::constant(lr);
+}
+
+template <class Backend, class Network, class Sync>
+int with_optimizer(const Problem<Network>& p, Sync sync) {
+  const Config& cfg = p.cfg;
+  const auto schedule = make_schedule(p, Sync::aggregates);
+  if (cfg.optimizer == "sgd") return train<Backend>(p, sync, hpcps::optim::StandardSgd(schedule, cfg.weight_decay));
+  if (cfg.optimizer == "adam") return train<Backend>(p, sync, hpcps::optim::Adam(schedule, 0.9f, 0.999f, 1e-8f, cfg.weight_decay));
+  return train<Backend>(p, sync,
+               hpcps::optim::MomentumSgd(schedule, cfg.weight_decay,
+                                         hpcps::optim::MomentumUpdate(cfg.momentum, cfg.optimizer == "nesterov")));
+}
+
+// Every synchronization strategy for one backend: the compositions a program holds for it.
+template <class Backend, class Network>
+int with_backend(const Problem<Network>& p) {
+  if (p.cfg.sync == "ssp") {
+    return with_optimizer<Backend>(p, hpcps::sync::StaleSynchronous(static_cast<std::size_t>(p.cfg.staleness)));
+  }
+  if (p.cfg.sync == "async") return with_optimizer<Backend>(p, hpcps::sync::Asynchronous{});
+  return with_optimizer<Backend>(p, hpcps::sync::Synchronous{});
+}
+
+}  // namespace fashion_mnist
