@@ -89,4 +89,22 @@ endif()
 
 build_and_run("add_subdirectory" "${work}/add_subdirectory" "-DHPCPS_SOURCE_DIR=${HPCPS_SOURCE_DIR}")
 
+# Configured without CMAKE_BUILD_TYPE, the consumer project must choose Release by itself, and
+# hpcps's package must warn a project that does not.
+list(FILTER configure_args EXCLUDE REGEX "^-DCMAKE_BUILD_TYPE=")
+run_step("configure consumer without a build type" "${CMAKE_COMMAND}" -S "${consumer_src}" -B "${work}/no_build_type"
+  ${configure_args} "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+file(STRINGS "${work}/no_build_type/CMakeCache.txt" build_type_line REGEX "^CMAKE_BUILD_TYPE:")
+if(NOT build_type_line MATCHES "=Release$")
+  message(FATAL_ERROR "consumer_package: without CMAKE_BUILD_TYPE the consumer chose '${build_type_line}', not Release")
+endif()
+set(bare "${work}/bare")
+file(MAKE_DIRECTORY "${bare}")
+file(WRITE "${bare}/CMakeLists.txt" "cmake_minimum_required(VERSION 3.20)\nproject(bare LANGUAGES CXX)\nfind_package(hpcps 0.1 REQUIRED)\n")
+run_step("configure a project without a build type" "${CMAKE_COMMAND}" -S "${bare}" -B "${bare}/build"
+  ${configure_args} "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+if(NOT step_output MATCHES "CMAKE_BUILD_TYPE is not set")
+  message(FATAL_ERROR "consumer_package: find_package(hpcps) did not warn a project without a build type")
+endif()
+
 message(STATUS "consumer_package: installed package and add_subdirectory() both work")
