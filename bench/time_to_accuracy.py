@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Time to accuracy on this machine: hpcps against PyTorch, same model (784-256-128-10, ReLU),
+"""Time to accuracy on this machine: hpcps against PyTorch, same model (784-256-128-10, ReLU, or with
+--model cnn the network of examples/fashion_mnist_cnn),
 global batch (128), optimizer (SGD, momentum 0.9, constant learning rate 0.02) and data
 (Fashion-MNIST), in one run. Configurations:
 
@@ -101,7 +102,7 @@ def run_hpcps(args, ranks, seed, tmp):
     report_path = os.path.join(tmp, f"hpcps_{ranks}.json")
     if os.path.exists(report_path):
         os.remove(report_path)
-    cmd = ["mpiexec", "-iface", "lo", "-n", str(ranks), os.path.join(args.build, "examples", "fashion_mnist_mlp"),
+    cmd = ["mpiexec", "-iface", "lo", "-n", str(ranks), os.path.join(args.build, "examples", f"fashion_mnist_{args.model}"),
            "--servers", "0", "--batch", str(args.batch), "--optimizer", "momentum", "--lr", str(args.lr),
            "--momentum", "0.9", "--schedule", "constant", "--evaluations-per-epoch", str(args.evaluations_per_epoch),
            "--epochs", str(args.max_epochs), "--threads", "1", "--seed", str(seed), "--report", report_path]
@@ -122,8 +123,8 @@ def peer_evaluations(stdout):
 
 
 def peer_common(args, seed):
-    cmd = ["--epochs", str(args.max_epochs), "--batch", str(args.batch), "--lr", str(args.lr), "--seed", str(seed),
-           "--evaluations-per-epoch", str(args.evaluations_per_epoch)]
+    cmd = ["--model", args.model, "--epochs", str(args.max_epochs), "--batch", str(args.batch), "--lr", str(args.lr),
+           "--seed", str(seed), "--evaluations-per-epoch", str(args.evaluations_per_epoch)]
     return cmd + (["--target-accuracy", str(args.target)] if args.stop_at_target else [])
 
 
@@ -223,6 +224,9 @@ def plot(path, runs, target):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build", help="build folder holding examples/fashion_mnist_mlp")
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                   help="mlp: examples/fashion_mnist_mlp's 784-256-128-10; cnn: examples/fashion_mnist_cnn's network "
+                        "with its default sizes (the peers build the same, bench/peers/pytorch_mlp.py)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--target", type=float, default=0.88, help="test accuracy to reach")
     p.add_argument("--max-epochs", type=int, default=15, help="epochs every run trains at most")
@@ -282,7 +286,10 @@ def main():
                           else None for a, b in zip(runs[HPCPS_2], runs[peer])]
             ratios[f"{HPCPS_2} / {peer}"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
 
-    out = {"benchmark": "time_to_accuracy", "target": args.target, "max_epochs": args.max_epochs,
+    out = {"benchmark": "time_to_accuracy", "model": args.model, "python": sys.executable,
+           "torch_version": subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                                           capture_output=True, text=True).stdout.strip(),
+           "target": args.target, "max_epochs": args.max_epochs,
            "evaluations_per_epoch": args.evaluations_per_epoch, "batch": args.batch, "lr": args.lr, "momentum": 0.9,
            "schedule": "constant", "repeats": args.repeats, "seeds": "fixed" if args.fixed_seed else "seed + repeat",
            "stop_at_target": args.stop_at_target, "build": args.build,

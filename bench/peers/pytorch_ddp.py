@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The data-parallel PyTorch peer: DistributedDataParallel with the gloo backend on N processes of
 this machine (default 2), launched by this script, each with --threads intra-op threads (default 1).
-Same model (784-256-128-10, ReLU), data loading and optimizer as bench/peers/pytorch_mlp.py: global
+Same models (784-256-128-10 ReLU, or --model cnn), data loading and optimizer as bench/peers/pytorch_mlp.py: global
 batch --batch split evenly across the processes (each takes its DistributedSampler shard,
 reshuffled every epoch), SGD with momentum 0.9, constant learning rate; DDP averages gradients,
 so one step equals a single-process step on the global batch.
@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_mlp import evaluation_clocks, load  # noqa: E402  (same data loading and schedule)
+from pytorch_mlp import add_model_arguments, build_model, evaluation_clocks, load  # noqa: E402  (same data, models, schedule)
 
 
 def free_port():
@@ -53,8 +53,7 @@ def train(rank, args):
     if args.batch % n:
         raise ValueError(f"global batch {args.batch} does not split evenly across {n} processes")
     batch = args.batch // n
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 10))
+    model = build_model(args)
     ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -81,10 +80,12 @@ def train(rank, args):
             # Evaluation (and agreeing whether to stop) is not training time.
             train_seconds += time.perf_counter() - start
             if rank == 0:
+                model.eval()  # dropout off
                 with torch.no_grad():
                     out = model(tx)
                     accuracy = (out.argmax(1) == ty).float().mean().item()
                     test_loss = loss_fn(out, ty).item()
+                model.train()
                 print(json.dumps({"type": "evaluation", "epoch": epoch + c / clocks, "train_seconds": train_seconds,
                                   "samples": samples, "test_accuracy": accuracy, "test_loss": test_loss}), flush=True)
                 stop[0] = 1.0 if args.target_accuracy is not None and accuracy >= args.target_accuracy else 0.0
@@ -114,6 +115,7 @@ def main():
     p.add_argument("--evaluations-per-epoch", type=int, default=4)
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="stop at the first evaluation with at least this test accuracy")
+    add_model_arguments(p)
     args = p.parse_args()
     # The children are fresh interpreters (spawn): OpenBLAS and OpenMP read these when they load.
     # A caller's explicit setting wins; otherwise one thread pool of --threads per process.

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The PyTorch peer: 784-256-128-10 (ReLU) on Fashion-MNIST, SGD with momentum, the same batch
-and learning rate as bench/local_training, on a given number of threads. Prints one JSON line per
+"""The PyTorch peer: 784-256-128-10 (ReLU) on Fashion-MNIST, or with --model cnn the CNN of
+examples/fashion_mnist_cnn, SGD with momentum, the same batch and learning rate as
+bench/local_training, on a given number of threads. Prints one JSON line per
 epoch: training seconds (data already in memory as tensors), samples, test accuracy. Uses Debian's
 python3-torch: run with /usr/bin/python3.
 
@@ -33,6 +34,28 @@ def load(folder, prefix):
     return torch.from_numpy(images.astype(np.float32) / 255.0), torch.from_numpy(labels.astype(np.int64))
 
 
+def add_model_arguments(p):
+    """The network, as hpcps's examples build it: --model mlp is fashion_mnist_mlp's 784-256-128-10
+    (ReLU); --model cnn is fashion_mnist_cnn's conv(width, 5x5, pad 2)-relu-maxpool 2-conv(2 width)-
+    relu-maxpool 2-flatten-dense(dense)-relu-dropout-dense 10."""
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--width", type=int, default=32, help="cnn: channels of the first convolution")
+    p.add_argument("--dense", type=int, default=128, help="cnn: units of the hidden dense layer")
+    p.add_argument("--dropout", type=float, default=0.25, help="cnn: dropout rate before the last layer")
+
+
+def build_model(args):
+    nn = torch.nn
+    if args.model == "mlp":
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    w = args.width
+    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
+                         nn.Conv2d(1, w, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(w, 2 * w, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(2 * w * 49, args.dense), nn.ReLU(), nn.Dropout(args.dropout),
+                         nn.Linear(args.dense, 10))
+
+
 def evaluation_clocks(clocks, evaluations_per_epoch):
     """Batches (counted from 1) of an epoch after which to evaluate: the schedule of
     hpcps::ps::train, so both sides sample their accuracy curves at the same fractional epochs."""
@@ -52,13 +75,13 @@ def main():
                    help="0: evaluate once per epoch, print epoch lines only (the default output)")
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="stop at the first evaluation with at least this test accuracy")
+    add_model_arguments(p)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     x, y = load(args.data, "train")
     tx, ty = load(args.data, "t10k")
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 10))
+    model = build_model(args)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     clocks = (x.shape[0] + args.batch - 1) // args.batch
@@ -80,10 +103,12 @@ def main():
                 continue
             seconds += time.perf_counter() - start
             train_seconds_now = train_seconds + seconds
+            model.eval()  # dropout off
             with torch.no_grad():
                 out = model(tx)
                 accuracy = (out.argmax(1) == ty).float().mean().item()
                 test_loss = loss_fn(out, ty).item()
+            model.train()
             if args.evaluations_per_epoch > 0:
                 print(json.dumps({"type": "evaluation", "epoch": epoch + c / clocks, "train_seconds": train_seconds_now,
                                   "samples": samples, "test_accuracy": accuracy, "test_loss": test_loss}), flush=True)

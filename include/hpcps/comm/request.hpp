@@ -164,7 +164,7 @@ namespace detail {
 }  // namespace detail
 
 // Waits for n requests without allocating: the native handles go through a fixed stack buffer in
-// chunks. Waiting chunk by chunk is equivalent to one MPI_Waitall, since every operation is
+// chunks. Waiting chunk by chunk is the same as one MPI_Waitall, since every operation is
 // already started and MPI progresses all of them while it waits on any.
 inline void wait_all(Request* first, std::size_t n) {
   constexpr std::size_t chunk = 64;
