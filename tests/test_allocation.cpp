@@ -58,7 +58,71 @@ long allocations_during(std::size_t steps, int servers, WireFormat push = WireFo
   return counted;
 }
 
+// Keeps the compiler from eliding a new/delete pair (GCC may remove an unused allocation).
+void* volatile sink = nullptr;
+
 }  // namespace
+
+// The counter must see every form of operator new, and each form must be freed by the matching
+// delete: the aligned forms were not counted, and under AddressSanitizer the forms left to the
+// runtime (nothrow, aligned) met our free() and failed as alloc-dealloc-mismatch.
+TEST_CASE("counting_new counts every form of operator new and frees each with its delete", "[allocation]") {
+  struct alignas(64) Wide {
+    float lane[16];
+  };
+  struct Tracked {
+    ~Tracked() {}  // non-trivial: new[] adds a cookie and delete[] must find it
+    int value = 0;
+  };
+  const auto counted = [](auto&& allocate_and_free) {
+    const long before = hpcps_test::allocations.load();
+    allocate_and_free();
+    return hpcps_test::allocations.load() - before;
+  };
+  CHECK(counted([] {
+          sink = new int(1);
+          delete static_cast<int*>(sink);
+        }) == 1);
+  CHECK(counted([] {
+          sink = new Tracked[3];
+          delete[] static_cast<Tracked*>(sink);
+        }) == 1);
+  CHECK(counted([] {
+          sink = new (std::nothrow) int(2);
+          delete static_cast<int*>(sink);
+        }) == 1);
+  CHECK(counted([] {
+          sink = new (std::nothrow) Tracked[2];
+          delete[] static_cast<Tracked*>(sink);
+        }) == 1);
+  CHECK(counted([] {
+          auto* w = new Wide{};
+          sink = w;
+          CHECK(reinterpret_cast<std::uintptr_t>(w) % alignof(Wide) == 0);
+          delete w;
+        }) == 1);
+  CHECK(counted([] {
+          auto* w = new Wide[5];
+          sink = w;
+          CHECK(reinterpret_cast<std::uintptr_t>(w) % alignof(Wide) == 0);
+          delete[] w;
+        }) == 1);
+  CHECK(counted([] {
+          auto* w = new (std::nothrow) Wide{};
+          sink = w;
+          delete w;
+        }) == 1);
+  CHECK(counted([] {
+          // Sized and aligned deletes called directly, as a container's allocator does.
+          void* p = ::operator new(24, std::align_val_t{128});
+          sink = p;
+          CHECK(reinterpret_cast<std::uintptr_t>(p) % 128 == 0);
+          ::operator delete(p, 24, std::align_val_t{128});
+          p = ::operator new[](40, std::align_val_t{32}, std::nothrow);
+          sink = p;
+          ::operator delete[](p, std::align_val_t{32}, std::nothrow);
+        }) == 2);
+}
 
 TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
   const auto world = hpcps::comm::Communicator::world();
