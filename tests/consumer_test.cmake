@@ -6,7 +6,8 @@
 # Each step runs with execute_process; a failing step stops the test and prints its output.
 #
 # Inputs (-D): HPCPS_SOURCE_DIR, HPCPS_BINARY_DIR (required); HPCPS_CONFIG, HPCPS_GENERATOR,
-# HPCPS_MAKE_PROGRAM, HPCPS_CXX_COMPILER (optional: the hpcps build's, so the consumer matches it).
+# HPCPS_MAKE_PROGRAM, HPCPS_CXX_COMPILER (optional: the hpcps build's, so the consumer matches it),
+# HPCPS_MPIEXEC (optional: runs the tutorial's train_cnn on 2 ranks).
 cmake_minimum_required(VERSION 3.20)
 
 foreach(var HPCPS_SOURCE_DIR HPCPS_BINARY_DIR)
@@ -87,7 +88,17 @@ if(NOT at EQUAL 0)
     "consumer_package: find_package(hpcps) used '${hpcps_dir}', not the install in ${prefix}")
 endif()
 
-build_and_run("add_subdirectory" "${work}/add_subdirectory" "-DHPCPS_SOURCE_DIR=${HPCPS_SOURCE_DIR}")
+# The tutorial's program, as a user runs it: 2 colocated ranks, one epoch on 2,000 samples.
+if(HPCPS_MPIEXEC AND EXISTS /usr/share/datasets/fashion-mnist)
+  run_step("run the tutorial's train_cnn" "${HPCPS_MPIEXEC}" -iface lo -n 2 "${work}/find_package/train_cnn" 1 2000)
+  message(STATUS "${step_output}")
+  if(NOT step_output MATCHES "final test accuracy 0\\.[3-9]")
+    message(FATAL_ERROR "consumer_package: the tutorial's train_cnn did not learn (accuracy below 0.3)")
+  endif()
+endif()
+
+build_and_run("add_subdirectory" "${work}/add_subdirectory" "-DHPCPS_SOURCE_DIR=${HPCPS_SOURCE_DIR}"
+  -DHPCPS_CONSUMER_TUTORIAL=OFF)
 
 # Configured without CMAKE_BUILD_TYPE, the consumer project must choose Release by itself, and
 # hpcps's package must warn a project that does not.
