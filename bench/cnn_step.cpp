@@ -2,7 +2,7 @@
 // Relu, MaxPool2d{2}, Flatten, Dense{128}, Relu, Dense{10}) on backend::Cpu, with the convolution
 // method of backend::Cpu (oneDNN) and, side by side in one run, with im2col + GEMM on the same
 // backend otherwise (the method before oneDNN). Reports samples/s of Sequential::gradient (median of
-// --repeats timings with min and max) and where the time goes: every layer's forward and backward
+// --repeats timings with min and max, and the process CPU time of the same calls) and where the time goes: every layer's forward and backward
 // pass timed on its own in a replica of the step. JSON to --out (or stdout), a table on stderr.
 //
 //   cnn_step [--widths 32,16] [--batch 128] [--threads 1,2] [--repeats 7] [--methods onednn,im2col]
@@ -117,8 +117,9 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t w
   for (float& v : x) v = hpcps::data::uniform_float(rng);  // pixels in [0, 1), as the data set's
   for (auto& l : labels) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 10));
   auto ws = net.make_workspace(backend, batch);
-  const auto step = hpcps_bench::time_per_call(
+  const auto timed = hpcps_bench::time_per_call_with_cpu(
       [&] { net.gradient(backend, ws, params.data(), x.data(), labels.data(), batch, grad.data()); }, repeats);
+  const hpcps_bench::Summary& step = timed.wall;
 
   // Per layer: `repeats` rounds of enough steps to last ~0.3 s, median per pass.
   const std::size_t steps = std::max<std::size_t>(1, static_cast<std::size_t>(0.3 / step.median));
@@ -146,11 +147,16 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t w
       .field("samples_per_second_min", static_cast<double>(batch) / step.high)
       .field("samples_per_second_max", static_cast<double>(batch) / step.low);
   json.field("gflops_median", flops / step.median / 1e9);
+  json.field("step_cpu_seconds_median", timed.cpu.median).field("step_cpu_seconds_min", timed.cpu.low)
+      .field("step_cpu_seconds_max", timed.cpu.high)
+      .field("samples_per_cpu_second_median", static_cast<double>(batch) / timed.cpu.median);
   json.field("loss_seconds_median", hpcps_bench::summarize(loss_rounds).median);
   json.key("layers").begin_array();
   std::fprintf(stderr, "%-6s width %2zu threads %d: %7.0f samples/s (%.0f-%.0f), step %.2f ms, %.1f GFLOP/s\n", method,
                width, threads, static_cast<double>(batch) / step.median, static_cast<double>(batch) / step.high,
                static_cast<double>(batch) / step.low, step.median * 1e3, flops / step.median / 1e9);
+  std::fprintf(stderr, "    by CPU time: %.0f samples per CPU second (%.2f ms, %.2f CPUs busy)\n",
+               static_cast<double>(batch) / timed.cpu.median, timed.cpu.median * 1e3, timed.cpu.median / step.median);
   for (std::size_t i = 0; i < layers; ++i) {
     std::vector<double> f, b;
     for (int r = 0; r < repeats; ++r) f.push_back(fwd_rounds[r][i]), b.push_back(bwd_rounds[r][i]);

@@ -7,7 +7,8 @@
 //            OIHW buffers and the library's blocked layouts, exactly what a training step pays
 // backward-weights is timed with dx = null (what the first convolution of a network runs), the full
 // backward with dx; backward-data is their difference. Median of --repeats timings, each long
-// enough to last 50 ms, with min and max. JSON to --out (or stdout), a table on stderr.
+// enough to last 50 ms, with min and max, and the process CPU time of the same calls (the
+// estimate for a single thread on a machine shared with other jobs). JSON to --out (or stdout), a table on stderr.
 //
 //   conv_providers [--batch 128] [--threads 1,2] [--repeats 7] [--methods im2col,onednn]
 //                  [--shapes conv1,conv1w16,conv2,conv2w16] [--out FILE]
@@ -46,10 +47,14 @@ const std::vector<ConvShape> all_shapes{
     {"conv2w16", 16, 32, 14, 5, 2},
 };
 
-void field_summary(hpcps::metrics::JsonWriter& json, const std::string& prefix, const Summary& s, double flops) {
+void field_summary(hpcps::metrics::JsonWriter& json, const std::string& prefix, const hpcps_bench::WallAndCpu& t,
+                   double flops) {
+  const Summary& s = t.wall;
   json.field(prefix + "_seconds_median", s.median).field(prefix + "_seconds_min", s.low)
       .field(prefix + "_seconds_max", s.high).field(prefix + "_gflops_median", flops / s.median / 1e9)
       .field(prefix + "_gflops_min", flops / s.high / 1e9).field(prefix + "_gflops_max", flops / s.low / 1e9);
+  json.field(prefix + "_cpu_seconds_median", t.cpu.median).field(prefix + "_cpu_seconds_min", t.cpu.low)
+      .field(prefix + "_cpu_seconds_max", t.cpu.high);
 }
 
 template <class Method>
@@ -68,20 +73,22 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method_name, const Co
   // The same multiply-adds for each pass: 2 * N * out * P * C * k * k.
   const double flops = 2.0 * static_cast<double>(batch) * static_cast<double>(weights) *
                        static_cast<double>(g.out_pixels());
-  const Summary fwd = time_per_call([&] { method.forward(backend, params.data(), x.data(), batch, y.data()); }, repeats);
+  const auto fwd_t = hpcps_bench::time_per_call_with_cpu(
+      [&] { method.forward(backend, params.data(), x.data(), batch, y.data()); }, repeats);
   method.forward(backend, params.data(), x.data(), batch, y.data());
-  const Summary bw = time_per_call(
+  const auto bw_t = hpcps_bench::time_per_call_with_cpu(
       [&] { method.backward(backend, params.data(), x.data(), dy.data(), batch, nullptr, grad.data()); }, repeats);
-  const Summary both = time_per_call(
+  const auto both_t = hpcps_bench::time_per_call_with_cpu(
       [&] { method.backward(backend, params.data(), x.data(), dy.data(), batch, dx.data(), grad.data()); }, repeats);
+  const Summary &fwd = fwd_t.wall, &bw = bw_t.wall, &both = both_t.wall;
   const double bd = both.median - bw.median;
   json.begin_object();
   json.field("method", method_name).field("shape", shape.name).field("batch", batch).field("threads", threads);
   json.field("in_channels", shape.in_channels).field("out_channels", shape.out_channels).field("size", shape.size)
       .field("kernel", shape.kernel).field("padding", shape.padding).field("flops_per_pass", flops);
-  field_summary(json, "forward", fwd, flops);
-  field_summary(json, "backward_weights", bw, flops);
-  field_summary(json, "backward_both", both, 2 * flops);
+  field_summary(json, "forward", fwd_t, flops);
+  field_summary(json, "backward_weights", bw_t, flops);
+  field_summary(json, "backward_both", both_t, 2 * flops);
   json.field("backward_data_seconds_median", bd).field("backward_data_gflops_median", flops / bd / 1e9);
   json.field("step_seconds_median", fwd.median + both.median)
       .field("step_gflops_median", 3 * flops / (fwd.median + both.median) / 1e9);
@@ -93,6 +100,10 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method_name, const Co
                flops / fwd.low / 1e9, fwd.median * 1e3, flops / bw.median / 1e9, flops / bw.high / 1e9,
                flops / bw.low / 1e9, bw.median * 1e3, flops / bd / 1e9, bd * 1e3,
                3 * flops / (fwd.median + both.median) / 1e9, (fwd.median + both.median) * 1e3);
+  const double cpu_step = fwd_t.cpu.median + both_t.cpu.median;
+  std::fprintf(stderr, "         by CPU time: fwd %6.1f GF/s, bwd-w %6.1f, fwd+bwd %6.1f GF/s %7.2f ms (%.2f CPUs busy)\n",
+               flops / fwd_t.cpu.median / 1e9, flops / bw_t.cpu.median / 1e9, 3 * flops / cpu_step / 1e9, cpu_step * 1e3,
+               cpu_step / (fwd.median + both.median));
   if constexpr (std::is_same_v<Method, hpcps::backend::detail::DnnlConv2d>) {
     std::fprintf(stderr, "         oneDNN: forward %s, backward-data %s, backward-weights %s\n",
                  method.forward_impl().c_str(), method.backward_data_impl().c_str(),

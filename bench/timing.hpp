@@ -3,6 +3,7 @@
 // enough (>= 50 ms) for the clock to be exact.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -37,6 +38,39 @@ Summary time_per_call(F&& f, int repeats) {
                       static_cast<double>(calls));
   }
   return summarize(samples);
+}
+
+// Seconds per call of f as time_per_call measures them, and the process's CPU seconds per call
+// over the same calls. On a machine shared with other jobs, a single-threaded f's CPU time
+// excludes the time it waited for a core, so it estimates the wall time on a quiet machine.
+struct WallAndCpu {
+  Summary wall, cpu;
+};
+template <class F>
+WallAndCpu time_per_call_with_cpu(F&& f, int repeats) {
+  const auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  f();
+  std::size_t calls = 1;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < calls; ++i) f();
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 0.05) break;
+    calls *= 2;
+  }
+  std::vector<double> wall, cpu;
+  for (int r = 0; r < repeats; ++r) {
+    const double c0 = cpu_now();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < calls; ++i) f();
+    wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                   static_cast<double>(calls));
+    cpu.push_back((cpu_now() - c0) / static_cast<double>(calls));
+  }
+  return {summarize(wall), summarize(cpu)};
 }
 
 // "a,b,c" -> {convert("a"), convert("b"), convert("c")}.
