@@ -1,7 +1,10 @@
 #pragma once
-// Multilayer perceptron with run-time layer sizes. All parameters live in ONE flat buffer, layer
-// by layer (W_l as [out x in] row-major, then b_l), so servers can own contiguous ranges of it and
-// a push or pull is a single message per server.
+// Multilayer perceptron with run-time layer sizes: a chain of nn::Dense layers (the same layer
+// nn::Sequential composes), with the hidden activation fused into each layer's bias pass. All
+// parameters live in ONE flat buffer, layer by layer (W_l as [out x in] row-major, then b_l), so
+// servers can own contiguous ranges of it and a push or pull is a single message per server.
+// For a depth fixed at compile time, nn::Sequential<nn::Dense, Act, ..., nn::Dense> is the same
+// network with the same parameter layout.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -18,6 +21,8 @@
 #include "hpcps/nn/activation.hpp"
 #include "hpcps/nn/batch_stats.hpp"
 #include "hpcps/nn/detail/chunks.hpp"
+#include "hpcps/nn/layers/dense.hpp"
+#include "hpcps/nn/shape.hpp"
 
 namespace hpcps::nn {
 
@@ -47,10 +52,9 @@ class Mlp {
     }
     std::size_t offset = 0;
     for (std::size_t l = 0; l + 1 < sizes_.size(); ++l) {
+      layers_.emplace_back(Shape{sizes_[l], 1, 1}, Dense::Config{sizes_[l + 1]});
       weight_offset_.push_back(offset);
-      offset += sizes_[l + 1] * sizes_[l];
-      bias_offset_.push_back(offset);
-      offset += sizes_[l + 1];
+      offset += layers_.back().parameter_count();
     }
     parameter_count_ = offset;
   }
@@ -72,7 +76,7 @@ class Mlp {
       const auto limit = static_cast<float>(std::sqrt(fan));
       float* w = params + weight_offset_[l];
       for (std::size_t i = 0; i < in * out; ++i) w[i] = (2.0f * data::uniform_float(rng) - 1.0f) * limit;
-      std::fill(params + bias_offset_[l], params + bias_offset_[l] + out, 0.0f);
+      std::fill(params + weight_offset_[l] + in * out, params + weight_offset_[l] + in * out + out, 0.0f);
     }
   }
 
@@ -120,17 +124,13 @@ class Mlp {
 
     float* delta = logits;
     for (std::size_t l = layer_count(); l-- > 0;) {
-      const std::size_t in = sizes_[l], out = sizes_[l + 1];
       const float* below = l == 0 ? x : Backend::data(ws.activations[l - 1]);
-      backend.gemm(backend::Transpose::yes, backend::Transpose::no, out, in, count, 1.0f, delta, out, below, in, 0.0f,
-                   grad + weight_offset_[l], in);
-      backend.column_sums(delta, count, out, grad + bias_offset_[l]);
+      layers_[l].parameter_gradient(backend, below, delta, count, grad + weight_offset_[l]);
       ready(weight_offset_[l]);
       if (l == 0) break;  // no delta for the input layer: nothing consumes it
       float* next = delta == Backend::data(ws.delta_a) ? Backend::data(ws.delta_b) : Backend::data(ws.delta_a);
-      backend.gemm(backend::Transpose::no, backend::Transpose::no, count, in, out, 1.0f, delta, out,
-                   params + weight_offset_[l], in, 0.0f, next, in);
-      backend.template activation_backward<Activation>(next, below, count * in);
+      layers_[l].input_gradient(backend, params + weight_offset_[l], delta, count, next);
+      backend.template activation_backward<Activation>(next, below, count * sizes_[l]);
       delta = next;
     }
     return stats;
@@ -155,14 +155,11 @@ class Mlp {
                std::size_t count) const {
     const float* below = x;
     for (std::size_t l = 0; l < layer_count(); ++l) {
-      const std::size_t in = sizes_[l], out = sizes_[l + 1];
       float* a = Backend::data(ws.activations[l]);
-      backend.gemm(backend::Transpose::no, backend::Transpose::yes, count, out, in, 1.0f, below, in,
-                   params + weight_offset_[l], in, 0.0f, a, out);
       if (l + 1 < layer_count()) {
-        backend.template bias_activation<Activation>(a, params + bias_offset_[l], count, out);
+        layers_[l].template forward_activated<Activation>(backend, params + weight_offset_[l], below, count, a);
       } else {
-        backend.template bias_activation<Identity>(a, params + bias_offset_[l], count, out);
+        layers_[l].template forward_activated<Identity>(backend, params + weight_offset_[l], below, count, a);
       }
       below = a;
     }
@@ -170,7 +167,8 @@ class Mlp {
 
 
   std::vector<std::size_t> sizes_;
-  std::vector<std::size_t> weight_offset_, bias_offset_;
+  std::vector<Dense> layers_;              // layer l maps sizes_[l] to sizes_[l + 1]
+  std::vector<std::size_t> weight_offset_;  // where layer l's [W, b] begins
   std::size_t parameter_count_ = 0;
 };
 

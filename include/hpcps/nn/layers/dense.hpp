@@ -46,21 +46,39 @@ class Dense {
   template <class Backend>
   void forward(const Backend& backend, Workspace<Backend>&, const float* params, const float* x, std::size_t count,
                float* y, bool /*training*/) const {
-    backend.gemm(backend::Transpose::no, backend::Transpose::yes, count, out_, in_, 1.0f, x, in_, params, in_, 0.0f, y,
-                 out_);
-    backend.template bias_activation<Identity>(y, params + out_ * in_, count, out_);
+    forward_activated<Identity>(backend, params, x, count, y);
   }
 
   template <class Backend>
   void backward(const Backend& backend, Workspace<Backend>&, const float* params, const float* x, const float* /*y*/,
                 const float* dy, std::size_t count, float* dx, float* grad) const {
+    parameter_gradient(backend, x, dy, count, grad);
+    if (dx != nullptr) input_gradient(backend, params, dy, count, dx);
+  }
+
+  // The two halves of the passes, for networks that fuse or interleave them (nn::Mlp): the
+  // forward pass with an activation applied in the bias pass, one sweep over y instead of two;
+  // the parameter gradient [dW, db] and the input gradient separately, so the parameters' slice
+  // can be pushed before the input gradient is computed.
+  template <class Act, class Backend>
+  void forward_activated(const Backend& backend, const float* params, const float* x, std::size_t count,
+                         float* y) const {
+    backend.gemm(backend::Transpose::no, backend::Transpose::yes, count, out_, in_, 1.0f, x, in_, params, in_, 0.0f, y,
+                 out_);
+    backend.template bias_activation<Act>(y, params + out_ * in_, count, out_);
+  }
+  template <class Backend>
+  void parameter_gradient(const Backend& backend, const float* x, const float* dy, std::size_t count,
+                          float* grad) const {
     backend.gemm(backend::Transpose::yes, backend::Transpose::no, out_, in_, count, 1.0f, dy, out_, x, in_, 0.0f, grad,
                  in_);
     backend.column_sums(dy, count, out_, grad + out_ * in_);
-    if (dx != nullptr) {
-      backend.gemm(backend::Transpose::no, backend::Transpose::no, count, in_, out_, 1.0f, dy, out_, params, in_, 0.0f,
-                   dx, in_);
-    }
+  }
+  template <class Backend>
+  void input_gradient(const Backend& backend, const float* params, const float* dy, std::size_t count,
+                      float* dx) const {
+    backend.gemm(backend::Transpose::no, backend::Transpose::no, count, in_, out_, 1.0f, dy, out_, params, in_, 0.0f,
+                 dx, in_);
   }
 
  private:
