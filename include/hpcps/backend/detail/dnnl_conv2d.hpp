@@ -65,6 +65,12 @@ class DnnlConv2d {
   static constexpr const char* name = "onednn";
 
   DnnlConv2d() = default;  // an empty method, to be assigned one made for a layer
+  // Move-only: a copy would share the blocked buffers and the scratchpad with the original (oneDNN's
+  // memory objects are reference-counted handles), and two workspaces must never share scratch.
+  DnnlConv2d(const DnnlConv2d&) = delete;
+  DnnlConv2d& operator=(const DnnlConv2d&) = delete;
+  DnnlConv2d(DnnlConv2d&&) = default;
+  DnnlConv2d& operator=(DnnlConv2d&&) = default;
   template <class Backend>
   DnnlConv2d(const Backend& backend, const Window2d& g, std::size_t out_channels, std::size_t max_batch)
       : DnnlConv2d(backend.threads(), g, out_channels, max_batch) {}
