@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -598,6 +599,50 @@ TEST_CASE("the backend comparison's bound catches a real error", "[layers][backe
   wrong[17] += 1e-4f * bound.y[17];
   CHECK(worst_ratio(reference.y, reference.y, bound.y, 100) == 0.0);
   CHECK(worst_ratio(wrong, reference.y, bound.y, 100) > 1.0);
+}
+
+// ---- Max pooling's ties -------------------------------------------------------------------------
+
+TEST_CASE("max pooling routes ties to the first maximum in row-major order, on every path", "[layers]") {
+  // ReLU outputs are full of zeros, so ties are the common case in a CNN. Values from {0, 1}: each
+  // window's argmax must be its first element equal to the window's maximum. Even widths take
+  // backend::Cpu's vectorized 2x2 path, odd widths its row loop, 3x3 windows the general loop.
+  const Cpu backend(1);
+  hpcps::data::Rng rng(fresh_seed());
+  for (const auto& [height, width, window, stride] :
+       {std::array<std::size_t, 4>{8, 8, 2, 2}, {28, 28, 2, 2}, {9, 14, 2, 2}, {7, 9, 2, 2}, {9, 9, 3, 2}}) {
+    const auto g = hpcps::backend::Window2d::make(3, height, width, window, stride, 0);
+    std::vector<float> x(2 * g.in_size()), y(2 * g.out_size());
+    std::vector<std::int32_t> argmax(y.size());
+    for (float& v : x) v = hpcps::data::uniform_below(rng, 4) == 0 ? 1.0f : 0.0f;
+    backend.max_pool(x.data(), 2, g, y.data(), argmax.data());
+    std::size_t checked = 0, tied = 0;
+    for (std::size_t n = 0; n < 2; ++n) {
+      for (std::size_t c = 0; c < g.channels; ++c) {
+        const float* plane = x.data() + n * g.in_size() + c * g.in_pixels();
+        for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+          for (std::size_t ox = 0; ox < g.out_width; ++ox) {
+            float best = -1.0f;
+            std::size_t first = 0, count = 0;
+            for (std::size_t wy = 0; wy < window; ++wy) {
+              for (std::size_t wx = 0; wx < window; ++wx) {
+                const std::size_t at = (oy * stride + wy) * width + ox * stride + wx;
+                if (plane[at] > best) best = plane[at], first = at, count = 0;
+                if (plane[at] == best) ++count;
+              }
+            }
+            const std::size_t o = n * g.out_size() + (c * g.out_height + oy) * g.out_width + ox;
+            INFO(height << "x" << width << ", window " << window << ", output " << o);
+            CHECK(y[o] == best);
+            CHECK(static_cast<std::size_t>(argmax[o]) == first);
+            ++checked;
+            tied += count > 1 ? 1 : 0;
+          }
+        }
+      }
+    }
+    CHECK(tied > checked / 4);  // not vacuous: many windows hold a tie
+  }
 }
 
 // ---- Dropout -----------------------------------------------------------------------------------
