@@ -231,7 +231,14 @@ class ParameterServer {
  private:
   static comm::Communicator agreed_world(const comm::Communicator& world, const ps::Composition& composition) {
     comm::Communicator own = world.duplicate();
-    composition.agree(own);
+    try {
+      composition.agree(own);
+    } catch (const CollectiveError&) {
+      // Every rank of `world` raises this one alike, so the collective free is safe here, and a
+      // program that catches the error and goes on keeps no communicator per attempt.
+      own = comm::Communicator();
+      throw;
+    }
     return own;
   }
 
