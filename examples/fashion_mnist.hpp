@@ -4,6 +4,9 @@
 // fashion_mnist_cnn.cpp each add their network's options and build it; the *_cuda.cu sources hold
 // the Thrust CUDA compositions, compiled by nvcc.
 #include <hpcps/hpcps.hpp>
+#if defined(HPCPS_EXAMPLE_THRUST)
+#include <hpcps/backend/thrust.hpp>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -419,6 +422,27 @@ int with_backend(const Problem<Network>& p) {
   }
   if (p.cfg.sync == "async") return with_optimizer<Backend>(p, hpcps::sync::Asynchronous{});
   return with_optimizer<Backend>(p, hpcps::sync::Synchronous{});
+}
+
+// The backend --backend names. A program's CUDA compositions are its run_cuda(const
+// Problem<Network>&), defined in its nvcc-compiled *_cuda.cu where the build has CUDA.
+template <class Network>
+int with_chosen_backend(const Problem<Network>& p) {
+  if (p.cfg.backend == "cuda") {
+#if defined(HPCPS_EXAMPLE_CUDA)
+    return run_cuda(p);
+#else
+    throw hpcps::Error("--backend cuda: this build has no CUDA (configure with nvcc and -DHPCPS_CUDA=ON)");
+#endif
+  }
+  if (p.cfg.backend == "thrust-omp") {
+#if defined(HPCPS_EXAMPLE_THRUST)
+    return with_backend<hpcps::backend::ThrustOmp>(p);
+#else
+    throw hpcps::Error("--backend thrust-omp: this build found no Thrust headers (CCCL)");
+#endif
+  }
+  return with_backend<hpcps::backend::Cpu>(p);
 }
 
 }  // namespace fashion_mnist

@@ -13,10 +13,6 @@
 // strategies, update rules, backends and report.
 #include "fashion_mnist_cnn.hpp"
 
-#if defined(HPCPS_EXAMPLE_THRUST)
-#include <hpcps/backend/thrust.hpp>
-#endif
-
 namespace fashion_mnist {
 
 namespace nn = hpcps::nn;
@@ -44,21 +40,7 @@ int run(const Config& cfg, const CnnConfig& cnn) {
                            [&](hpcps::metrics::JsonWriter& json) {
                              json.field("width", cnn.width).field("dense", cnn.dense).field("dropout", cnn.dropout);
                            }};
-  if (cfg.backend == "cuda") {
-#if defined(HPCPS_EXAMPLE_CUDA)
-    return run_cuda(p);
-#else
-    throw hpcps::Error("--backend cuda: this build has no CUDA (configure with nvcc and -DHPCPS_CUDA=ON)");
-#endif
-  }
-  if (cfg.backend == "thrust-omp") {
-#if defined(HPCPS_EXAMPLE_THRUST)
-    return with_backend<hpcps::backend::ThrustOmp>(p);
-#else
-    throw hpcps::Error("--backend thrust-omp: this build found no Thrust headers (CCCL)");
-#endif
-  }
-  return with_backend<hpcps::backend::Cpu>(p);
+  return with_chosen_backend(p);
 }
 
 }  // namespace fashion_mnist

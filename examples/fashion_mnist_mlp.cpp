@@ -13,10 +13,6 @@
 // Each --sync and --optimizer choice selects a composition compiled into this program.
 #include "fashion_mnist.hpp"
 
-#if defined(HPCPS_EXAMPLE_THRUST)
-#include <hpcps/backend/thrust.hpp>
-#endif
-
 namespace fashion_mnist {
 
 using Network = hpcps::nn::Mlp<hpcps::nn::Relu>;
@@ -35,21 +31,7 @@ int run(const Config& cfg, const std::vector<std::size_t>& hidden) {
   const int servers = servers_for(cfg);
   const Problem<Network> p{world, cfg, data, network, servers, world.size() - servers,
                            [&](hpcps::metrics::JsonWriter& json) { json.field("hidden", fmt::format("{}", fmt::join(hidden, ","))); }};
-  if (cfg.backend == "cuda") {
-#if defined(HPCPS_EXAMPLE_CUDA)
-    return run_cuda(p);
-#else
-    throw hpcps::Error("--backend cuda: this build has no CUDA (configure with nvcc and -DHPCPS_CUDA=ON)");
-#endif
-  }
-  if (cfg.backend == "thrust-omp") {
-#if defined(HPCPS_EXAMPLE_THRUST)
-    return with_backend<hpcps::backend::ThrustOmp>(p);
-#else
-    throw hpcps::Error("--backend thrust-omp: this build found no Thrust headers (CCCL)");
-#endif
-  }
-  return with_backend<hpcps::backend::Cpu>(p);
+  return with_chosen_backend(p);
 }
 
 }  // namespace fashion_mnist
