@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""CNN training throughput, one process: hpcps against two PyTorch builds, and against the step's
+compute-bound ceiling.
+
+Side by side in one run, on the same network (examples/fashion_mnist_cnn's: conv 5x5 --width
+channels pad 2, ReLU, max-pool 2, conv 5x5 2 x --width, ReLU, max-pool 2, dense 128, ReLU, dropout
+0.25, dense 10), batch, optimizer (SGD, momentum 0.9, constant rate), data in memory on both sides,
+thread count and environment (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to the thread count for
+every program; OPENBLAS_CORETYPE left as the machine sets it):
+
+  * hpcps through the parameter server in one process (colocated):
+    `mpiexec -n 1 examples/fashion_mnist_cnn --servers 0 ...`, its report's samples_per_second;
+  * each PyTorch of --torch (a Python interpreter each; default Debian's python3-torch 1.13 and the
+    PyPI build in build/venv-torch, if present) running bench/peers/pytorch_mlp.py --model cnn;
+  * the compute-bound ceiling: bench/cnn_step times every layer of the same step alone in a replica
+    (oneDNN convolutions, OpenBLAS GEMMs); the ceiling is batch / (the convolution and dense
+    layers' forward and backward time), the speed of a step whose pooling, activations, dropout,
+    loss and copies cost nothing. Fraction of the ceiling = samples/s / ceiling samples/s.
+
+Each repeat runs every program once, interleaved. Throughput of a training run is all its epochs'
+samples over their training seconds (evaluation excluded). The ratio to "the faster PyTorch" uses,
+per thread count, the PyTorch with the higher median. Prints a Markdown table (median and min-max
+over repeats), writes JSON (--out) and a bar plot next to it (.png).
+
+    /usr/bin/python3 bench/peers/compare_pytorch_cnn.py --build build --repeats 5 --epochs 1
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compare_pytorch import run_epochs, summary, thread_env  # noqa: E402  (one way to run and summarise)
+
+COMPUTE_LAYERS = ("conv1", "conv2", "dense1", "dense2")
+
+
+def run_ps(args, threads, report):
+    cmd = [args.mpiexec, "-iface", "lo", "-n", "1", os.path.join(args.build, "examples", "fashion_mnist_cnn"),
+           "--servers", "0", "--width", str(args.width), "--batch", str(args.batch), "--optimizer", "momentum",
+           "--lr", str(args.lr), "--momentum", "0.9", "--schedule", "constant", "--threads", str(threads),
+           "--epochs", str(args.epochs), "--report", report]
+    subprocess.run(cmd, check=True, env=dict(thread_env(threads), MPIEXEC_TIMEOUT="1800"), stdout=subprocess.DEVNULL,
+                   timeout=1900)
+    with open(report) as f:
+        r = json.load(f)
+    return {"samples_per_second": r["samples_per_second"], "final_test_accuracy": r["test_accuracy"],
+            "train_seconds": r["train_seconds"]}
+
+
+def run_ceiling(args, threads):
+    cmd = [os.path.join(args.build, "bench", "cnn_step"), "--widths", str(args.width), "--batch", str(args.batch),
+           "--threads", str(threads), "--methods", "onednn", "--repeats", "5"]
+    out = subprocess.run(cmd, check=True, env=thread_env(threads), capture_output=True, text=True, timeout=900).stdout
+    step = json.loads(out)["results"][0]
+    layers = {l["layer"]: l for l in step["layers"]}
+    compute = sum(layers[name]["forward_seconds_median"] + layers[name]["backward_seconds_median"]
+                  for name in COMPUTE_LAYERS)
+    return {"ceiling_samples_per_second": args.batch / compute, "compute_layer_seconds": compute,
+            "step_samples_per_second": step["samples_per_second_median"], "flops_per_sample": step["flops_per_sample"]}
+
+
+def torch_version(python):
+    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def plot(results, peers, path, width):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = [("hpcps PS, 1 rank colocated", "hpcps", "tab:blue")]
+    series += [(f"PyTorch {p['version']}", p["label"], c) for p, c in zip(peers, ["tab:orange", "tab:red", "tab:brown"])]
+    series += [("compute-bound ceiling", "ceiling", "tab:gray")]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    bar = 0.8 / len(series)
+    for i, (label, key, color) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * bar for j in range(len(results))]
+        s = [r["samples_per_second"][key] for r in results]
+        med = [x["median"] for x in s]
+        err = [[m - x["min"] for m, x in zip(med, s)], [x["max"] - m for m, x in zip(med, s)]]
+        ax.bar(xs, med, bar, yerr=err, capsize=3, label=label, color=color)
+        if key == "hpcps":
+            for x, r in zip(xs, results):
+                ax.annotate(f"{r['ratio_to_faster_pytorch']['median']:.2f}x\n"
+                            f"{100 * r['ceiling_fraction']['median']:.0f}%",
+                            (x, r["samples_per_second"]["hpcps"]["max"]), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(results)))
+    ax.set_xticklabels([f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}" for r in results])
+    ax.set_ylabel("training samples/s (median, min-max)")
+    ax.set_title(f"CNN (width {width}), batch 128, SGD momentum: hpcps vs PyTorch\n"
+                 "labels: ratio to the faster PyTorch, fraction of the compute-bound ceiling")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylim(0, 1.25 * max(r["samples_per_second"]["ceiling"]["max"] for r in results))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--torch", default=None,
+                   help="comma-separated Python interpreters, one per PyTorch build (default: /usr/bin/python3 and "
+                        "BUILD/venv-torch/bin/python where it exists)")
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--out", default="bench/results/compare_pytorch_cnn.json")
+    args = p.parse_args()
+    pythons = args.torch.split(",") if args.torch else [
+        x for x in ["/usr/bin/python3", os.path.join(args.build, "venv-torch", "bin", "python")] if os.path.exists(x)]
+    peers = [{"python": py, "version": torch_version(py), "label": f"pytorch_{i}"} for i, py in enumerate(pythons)]
+    load_before = os.getloadavg()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        for threads in [int(t) for t in args.threads.split(",")]:
+            runs = {"hpcps": [], "ceiling": [], **{peer["label"]: [] for peer in peers}}
+            for r in range(args.repeats):
+                runs["hpcps"].append(run_ps(args, threads, report))
+                for peer in peers:
+                    cmd = [peer["python"], os.path.join(HERE, "pytorch_mlp.py"), "--model", "cnn", "--width",
+                           str(args.width), "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr",
+                           str(args.lr), "--threads", str(threads)]
+                    runs[peer["label"]].append(run_epochs(cmd, threads))
+                runs["ceiling"].append(run_ceiling(args, threads))
+                line = ", ".join(f"{k} {v[-1].get('samples_per_second', v[-1].get('ceiling_samples_per_second')):.0f}"
+                                 for k, v in runs.items())
+                print(f"threads {threads} repeat {r + 1}: {line} samples/s", file=sys.stderr, flush=True)
+            sps = {k: [x["samples_per_second"] for x in v] for k, v in runs.items() if k != "ceiling"}
+            sps["ceiling"] = [x["ceiling_samples_per_second"] for x in runs["ceiling"]]
+            faster = max((peer["label"] for peer in peers), key=lambda k: statistics.median(sps[k]))
+            results.append({
+                "threads": threads,
+                "samples_per_second": {k: summary(v) for k, v in sps.items()},
+                "faster_pytorch": next(peer["version"] for peer in peers if peer["label"] == faster),
+                "ratio_to_faster_pytorch": summary([o / t for o, t in zip(sps["hpcps"], sps[faster])]),
+                "ratio_to": {peer["version"]: summary([o / t for o, t in zip(sps["hpcps"], sps[peer["label"]])])
+                             for peer in peers},
+                "ceiling_fraction": summary([o / c for o, c in zip(sps["hpcps"], sps["ceiling"])]),
+                "final_test_accuracy": {k: summary([x["final_test_accuracy"] for x in v])
+                                        for k, v in runs.items() if k != "ceiling"},
+                "runs": runs})
+    out = {"benchmark": "compare_pytorch_cnn", "width": args.width, "batch": args.batch, "epochs": args.epochs,
+           "repeats": args.repeats, "lr": args.lr, "momentum": 0.9, "peers": peers,
+           "flops_per_sample": results[0]["runs"]["ceiling"][0]["flops_per_sample"],
+           "ceiling": "batch / (forward + backward seconds of conv1, conv2, dense1, dense2, each timed alone by "
+                      "bench/cnn_step in a replica of the step)",
+           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "cpus": os.cpu_count(),
+           "load_average_before": load_before, "load_average_after": os.getloadavg(), "results": results}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    png = os.path.splitext(args.out)[0] + ".png"
+    plot(results, peers, png, args.width)
+    f = lambda s, d=0: f"{s['median']:,.{d}f} ({s['min']:,.{d}f}-{s['max']:,.{d}f})"
+    print(f"CNN width {args.width}, {out['flops_per_sample']:,} FLOPs per sample; {args.repeats} repeats of "
+          f"{args.epochs} epoch(s), median (min-max)")
+    head = " | ".join(f"PyTorch {peer['version']}" for peer in peers)
+    print(f"| threads | hpcps PS (1 rank) | {head} | ratio to the faster PyTorch | ceiling | fraction of ceiling |")
+    print("| --- " * (5 + len(peers)) + "|")
+    for r in results:
+        s = r["samples_per_second"]
+        cols = " | ".join(f(s[peer["label"]]) for peer in peers)
+        print(f"| {r['threads']} | {f(s['hpcps'])} | {cols} | {f(r['ratio_to_faster_pytorch'], 2)} | "
+              f"{f(s['ceiling'])} | {f(r['ceiling_fraction'], 2)} |")
+    print(f"wrote {args.out} and {png}")
+
+
+if __name__ == "__main__":
+    main()
