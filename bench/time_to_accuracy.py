@@ -192,7 +192,7 @@ def median_run(runs):
     return ordered[(len(ordered) - 1) // 2]
 
 
-def plot(path, runs, target):
+def plot(path, runs, target, model="mlp", batch=128):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -213,7 +213,7 @@ def plot(path, runs, target):
     ax.set_ylim(max(lowest - 0.01, target - 0.15), None)
     ax.set_xlabel("training seconds (evaluation excluded)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Fashion-MNIST MLP, batch 128, SGD momentum 0.9: time to {target:.2f} (median run bold)")
+    ax.set_title(f"Fashion-MNIST {model.upper()}, batch {batch}, SGD momentum 0.9: time to {target:.2f} (median run bold)")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
@@ -286,7 +286,7 @@ def main():
                           else None for a, b in zip(runs[HPCPS_2], runs[peer])]
             ratios[f"{HPCPS_2} / {peer}"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
 
-    out = {"benchmark": "time_to_accuracy", "model": args.model, "python": sys.executable,
+    out = {"benchmark": "time_to_accuracy", "model": args.model, "python": recorded([sys.executable])[0],
            "torch_version": subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
                                            capture_output=True, text=True).stdout.strip(),
            "target": args.target, "max_epochs": args.max_epochs,
@@ -300,7 +300,7 @@ def main():
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     plot_path = args.plot or os.path.splitext(args.out)[0] + ".png"
-    plot(plot_path, runs, args.target)
+    plot(plot_path, runs, args.target, args.model, args.batch)
 
     print(f"Time to {args.target} test accuracy (training seconds, evaluation excluded), {args.repeats} repeat(s), "
           f"at most {args.max_epochs} epochs: median (min-max)\n")
