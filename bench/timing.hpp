@@ -19,9 +19,9 @@ inline Summary summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-// Seconds per call of f: the median over `repeats` timings of enough calls to last 50 ms.
+// After one warm-up call: the number of calls of f (a power of two) that lasts more than 50 ms.
 template <class F>
-Summary time_per_call(F&& f, int repeats) {
+std::size_t calls_lasting_50ms(F& f) {
   f();
   std::size_t calls = 1;
   for (;;) {
@@ -30,6 +30,13 @@ Summary time_per_call(F&& f, int repeats) {
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 0.05) break;
     calls *= 2;
   }
+  return calls;
+}
+
+// Seconds per call of f: the median over `repeats` timings of enough calls to last 50 ms.
+template <class F>
+Summary time_per_call(F&& f, int repeats) {
+  const std::size_t calls = calls_lasting_50ms(f);
   std::vector<double> samples;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -53,14 +60,7 @@ WallAndCpu time_per_call_with_cpu(F&& f, int repeats) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   };
-  f();
-  std::size_t calls = 1;
-  for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < calls; ++i) f();
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > 0.05) break;
-    calls *= 2;
-  }
+  const std::size_t calls = calls_lasting_50ms(f);
   std::vector<double> wall, cpu;
   for (int r = 0; r < repeats; ++r) {
     const double c0 = cpu_now();
