@@ -223,9 +223,10 @@ inline std::optional<int> prepare(const hpcps::comm::Communicator& world, const 
     if (root) std::fprintf(stderr, "%s: %s\n", cfg.program.c_str(), problem.c_str());
     return 2;
   };
-  int report_ok = root ? (report_problem(cfg).empty() ? 1 : 0) : 1;
+  const std::string report = root ? report_problem(cfg) : std::string();
+  int report_ok = report.empty() ? 1 : 0;
   world.broadcast(&report_ok, 1, 0);
-  if (!report_ok) return stop(root ? report_problem(cfg) : std::string());
+  if (!report_ok) return stop(report);
   data = hpcps::data::load_fashion_mnist(cfg.data);
   if (cfg.train_samples > data.train.count) {
     return stop(fmt::format("--train-samples {}: the training set in {} has only {} samples", cfg.train_samples,
