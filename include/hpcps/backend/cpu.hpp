@@ -56,7 +56,7 @@ class BasicCpu {
 
   void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
             std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) const {
-    Gemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    Gemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, threads_);
   }
 
   // y[r, :] = act(y[r, :] + bias) in place.

@@ -1,6 +1,7 @@
 #pragma once
 // GEMM providers for the CPU backend. Both are well-kept libraries; which one is the default is a
 // measured choice (bench/gemm_shapes.cpp, docs/backends.md), not a guess.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -11,15 +12,17 @@ namespace hpcps::backend {
 
 enum class Transpose { no, yes };
 
-// C(m x n) = alpha * op(A)(m x k) * op(B)(k x n) + beta * C, all row-major.
+// C(m x n) = alpha * op(A)(m x k) * op(B)(k x n) + beta * C, all row-major, on `threads` threads
+// (set_threads(threads) first, once per process).
 struct EigenGemm {
   static constexpr const char* name = "eigen";
 
   static void set_threads(int threads) { Eigen::setNbThreads(threads); }
 
+  // Eigen threads its GEMM itself, on OpenMP, with the count set_threads gave it.
   static void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                   std::size_t ldc) {
+                   std::size_t ldc, int /*threads*/ = 1) {
     using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     using ConstMap = Eigen::Map<const Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
     using Map = Eigen::Map<Matrix, Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -51,11 +54,44 @@ struct EigenGemm {
 struct CblasGemm {
   static constexpr const char* name = "openblas";
 
-  static void set_threads(int threads) { openblas_set_num_threads(threads); }
+  // OpenBLAS itself runs one thread: its pthreads pool and OpenMP's (oneDNN's convolutions, our
+  // elementwise kernels) each spin on both cores between calls, and a CNN step on 2 threads then
+  // ran its dense layers 2x slower than on 1. A call with threads > 1 instead splits C into blocks,
+  // one single-threaded OpenBLAS call per OpenMP thread, so one pool runs everything.
+  static void set_threads(int /*threads*/) { openblas_set_num_threads(1); }
 
   static void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
-                   std::size_t ldc) {
+                   std::size_t ldc, int threads = 1) {
+    const std::size_t parts = threads > 1 && m * n * k >= split_threshold ? static_cast<std::size_t>(threads) : 1;
+    if (parts == 1) return gemm_block(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    // Blocks of C's rows (rows of op(A)) or of its columns (columns of op(B)), whichever C has
+    // more of; column blocks are multiples of 16 floats so no two threads share a cache line of C.
+    const bool by_rows = m >= n;
+    const std::size_t extent = by_rows ? m : n;
+    const std::size_t align = by_rows ? 1 : 16;
+    const std::size_t step = (extent + parts * align - 1) / (parts * align) * align;
+    const auto blocks = static_cast<std::ptrdiff_t>((extent + step - 1) / step);
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (std::ptrdiff_t i = 0; i < blocks; ++i) {
+      const std::size_t begin = static_cast<std::size_t>(i) * step, size = std::min(step, extent - begin);
+      if (by_rows) {
+        const float* a_block = a + (ta == Transpose::no ? begin * lda : begin);
+        gemm_block(ta, tb, size, n, k, alpha, a_block, lda, b, ldb, beta, c + begin * ldc, ldc);
+      } else {
+        const float* b_block = b + (tb == Transpose::no ? begin : begin * ldb);
+        gemm_block(ta, tb, m, size, k, alpha, a, lda, b_block, ldb, beta, c + begin, ldc);
+      }
+    }
+  }
+
+ private:
+  // Below about this many multiply-adds a parallel region costs more than half the GEMM.
+  static constexpr std::size_t split_threshold = std::size_t{1} << 17;
+
+  static void gemm_block(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                         const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                         std::size_t ldc) {
     // OpenBLAS clears C for beta = 0 with its own pass (sgemm_beta), which ran at about 13 GB/s and
     // took ~6% of a training step at 784-256-128-10, batch 128 (perf). memset clears the same
     // rows faster, and accumulating onto zeros is the same arithmetic, so results are unchanged:

@@ -48,10 +48,10 @@ struct HostThrustSystem {
   using host_allocator = std::allocator<T>;
   static constexpr bool host_accessible = true;
   template <class Context>
-  static void gemm(Context&, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+  static void gemm(Context& context, Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                    std::size_t ldc) {
-    CblasGemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    CblasGemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, context.threads);
   }
 };
 
@@ -61,10 +61,11 @@ struct ThrustSystem<thrust::system::omp::tag> : HostThrustSystem {
   using vector = thrust::omp::vector<T>;
   static constexpr const char* name = "thrust-omp";
   struct Context {
-    explicit Context(int threads) {
+    explicit Context(int thread_count) : threads(thread_count) {
       omp_set_num_threads(threads);
       CblasGemm::set_threads(threads);
     }
+    int threads;
   };
   static auto policy(Context&) { return thrust::omp::par; }
 };
@@ -75,7 +76,8 @@ struct ThrustSystem<thrust::system::cpp::tag> : HostThrustSystem {
   using vector = thrust::cpp::vector<T>;
   static constexpr const char* name = "thrust-cpp";
   struct Context {
-    explicit Context(int threads) { CblasGemm::set_threads(threads); }
+    explicit Context(int thread_count) : threads(thread_count) { CblasGemm::set_threads(threads); }
+    int threads;
   };
   static auto policy(Context&) { return thrust::cpp::par; }
 };
