@@ -41,6 +41,13 @@ class Im2colConv2d {
     backend.channel_bias(y, params + out_channels_ * K, count, out_channels_, P);
   }
 
+  // y = Act(W * x + b): here a pass over y after the convolution.
+  template <class Act>
+  void forward_activated(const Backend& backend, const float* params, const float* x, std::size_t count, float* y) {
+    forward(backend, params, x, count, y);
+    backend.template activation<Act>(y, count * out_channels_ * g_.out_pixels(), y);
+  }
+
   // grad = [dW, db] summed over the batch (overwritten); dx = d(loss)/dx unless null.
   // dW = sum_n dy_n cols_n^T; dcols_n = W^T dy_n overwrites cols_n once dW has read it; dx = col2im.
   void backward(const Backend& backend, const float* params, const float* x, const float* dy, std::size_t count,

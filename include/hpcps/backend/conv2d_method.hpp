@@ -3,7 +3,8 @@
 // names its own as `using conv2d_method_type = ...;` (backend::BasicCpu: oneDNN), any other runs
 // im2col + GEMM on its primitives (the Thrust backends). A method is constructed once per layer
 // workspace, `Method(backend, Window2d, out_channels, max_batch)`, and offers
-// `forward(backend, params, x, count, y)` and `backward(backend, params, x, dy, count, dx, grad)`.
+// `forward(backend, params, x, count, y)`, `forward_activated<Act>(backend, params, x, count, y)`
+// (y = Act(conv(x))) and `backward(backend, params, x, dy, count, dx, grad)`.
 #include <type_traits>
 
 #include "hpcps/backend/conv2d_im2col.hpp"

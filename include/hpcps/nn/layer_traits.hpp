@@ -73,6 +73,29 @@ struct has_backward<L, B,
                         (const float*)nullptr, (const float*)nullptr, (const float*)nullptr, std::size_t{},
                         (float*)nullptr, (float*)nullptr))>> : std::true_type {};
 
+// Optional members that let nn::Sequential fuse a layer with the activation layer next to it
+// (docs/layers.md#fusion): `forward_activated<Act>(...)`, the forward pass with Act applied to its
+// output, and `backward_through<Act>(...)`, the backward pass that also multiplies dx by the
+// derivative of the activation before the layer, given this layer's input (that activation's output).
+template <class L, class B, class Act, class = void>
+struct has_forward_activated : std::false_type {};
+template <class L, class B, class Act>
+struct has_forward_activated<L, B, Act,
+                             std::void_t<decltype(std::declval<const L&>().template forward_activated<Act>(
+                                 std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                                 (const float*)nullptr, (const float*)nullptr, std::size_t{}, (float*)nullptr, true))>>
+    : std::true_type {};
+
+template <class L, class B, class Act, class = void>
+struct has_backward_through : std::false_type {};
+template <class L, class B, class Act>
+struct has_backward_through<L, B, Act,
+                            std::void_t<decltype(std::declval<const L&>().template backward_through<Act>(
+                                std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                                (const float*)nullptr, (const float*)nullptr, (const float*)nullptr,
+                                (const float*)nullptr, std::size_t{}, (float*)nullptr, (float*)nullptr))>>
+    : std::true_type {};
+
 template <class A, class = void>
 struct is_activation : std::false_type {};
 template <class A>

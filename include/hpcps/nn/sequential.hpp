@@ -177,7 +177,8 @@ class Sequential {
   }
 
   // Every layer's forward pass on `count` samples already in the backend's memory; layer i's
-  // output lands in ws.activations[i].
+  // output lands in ws.activations[i] (for a layer fused with the activation after it, only that
+  // activation's output is stored, in its own slot).
   template <class B>
   void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
                bool training) const {
@@ -210,13 +211,53 @@ class Sequential {
     }
   }
 
+  // Fusion (docs/layers.md#fusion): layer I applies the activation layer after it in its own
+  // forward pass, one sweep over the output instead of two (oneDNN's post-op in a convolution).
+  template <class B, std::size_t I>
+  static constexpr bool fused_forward() {
+    if constexpr (I + 1 < layer_count) {
+      using Next = layer_type<I + 1>;
+      if constexpr (is_activation_layer_v<Next>) {
+        return detail::has_forward_activated<layer_type<I>, B, typename Next::activation_type>::value;
+      } else {
+        return false;
+      }
+    } else {
+      return false;
+    }
+  }
+  // Activation layer I's backward pass runs inside layer I + 1's (a max pooling scales the few
+  // gradients it routes, instead of a pass over the whole activation).
+  template <class B, std::size_t I>
+  static constexpr bool folded_backward() {
+    if constexpr (I + 1 < layer_count && is_activation_layer_v<layer_type<I>>) {
+      return detail::has_backward_through<layer_type<I + 1>, B, typename layer_type<I>::activation_type>::value;
+    } else {
+      return false;
+    }
+  }
+
   template <class B, std::size_t... I>
   void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
                bool training, std::index_sequence<I...>) const {
-    (std::get<I>(layers_).forward(backend, std::get<I>(ws.layers), params + offsets_[I],
-                                  I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]), count,
-                                  B::data(ws.activations[I]), training),
-     ...);
+    (forward_layer<I>(backend, ws, params, x, count, training), ...);
+  }
+  template <std::size_t I, class B>
+  void forward_layer(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+                     bool training) const {
+    if constexpr (I > 0) {
+      if constexpr (fused_forward<B, I - 1>()) return;  // layer I - 1 applied this activation
+    }
+    const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
+    const auto& layer = std::get<I>(layers_);
+    if constexpr (fused_forward<B, I>()) {
+      layer.template forward_activated<typename layer_type<I + 1>::activation_type>(
+          backend, std::get<I>(ws.layers), params + offsets_[I], below, count, B::data(ws.activations[I + 1]),
+          training);
+    } else {
+      layer.forward(backend, std::get<I>(ws.layers), params + offsets_[I], below, count, B::data(ws.activations[I]),
+                    training);
+    }
   }
 
   // Layers from last to first; those below the first layer with parameters are skipped (their
@@ -230,12 +271,25 @@ class Sequential {
   void backward_layer(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
                       float* grad, float*& delta, Ready& ready) const {
     if (I < first_trainable_) return;
+    if constexpr (folded_backward<B, I>()) return;  // layer I + 1 ran it
     const auto& layer = std::get<I>(layers_);
     float* dx = nullptr;
     if (I != first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
-    layer.backward(backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I]), delta,
-                   count, dx, grad + offsets_[I]);
+    // A layer fused with the activation after it never stored its own output.
+    const float* y = fused_forward<B, I>() ? nullptr : B::data(ws.activations[I]);
+    bool through = false;
+    if constexpr (I > 0) {
+      if constexpr (folded_backward<B, I - 1>()) {
+        layer.template backward_through<typename layer_type<I - 1>::activation_type>(
+            backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx, grad + offsets_[I]);
+        through = true;
+      }
+    }
+    if (!through) {
+      layer.backward(backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx,
+                     grad + offsets_[I]);
+    }
     if (layer.parameter_count() > 0) ready(offsets_[I]);
     delta = dx;
   }

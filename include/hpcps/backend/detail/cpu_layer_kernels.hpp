@@ -166,7 +166,38 @@ inline void max_pool_sample(const float* x, const Window2d& g, float* y, std::in
   }
 }
 
+// 2x2 windows, stride 2, even height and width: the windows tile the plane, so every element of
+// dx is written once, with dy or 0, instead of cleared and then scattered into. Measured at batch
+// 128, 32 x 28 x 28: 0.93 ms against 2.06; at 64 x 14 x 14 (rows of 7 windows, too short for the
+// vector loop) 0.94 against 0.68, so narrower planes keep the clear-and-scatter loop.
+inline void max_pool_2x2_backward_sample(const float* dy, const std::int32_t* argmax, const Window2d& g, float* dx) {
+  const std::size_t W = g.width, ow = g.out_width;
+  for (std::size_t c = 0; c < g.channels; ++c) {
+    for (std::size_t oy = 0; oy < g.out_height; ++oy) {
+      const std::size_t o = (c * g.out_height + oy) * ow;
+      const auto top = static_cast<std::int32_t>(2 * oy * W);
+      float* r0 = dx + c * g.in_pixels() + 2 * oy * W;
+      float* r1 = r0 + W;
+      const float* d = dy + o;
+      const std::int32_t* at = argmax + o;
+#pragma omp simd
+      for (std::size_t ox = 0; ox < ow; ++ox) {
+        const std::int32_t where = at[ox] - top - 2 * static_cast<std::int32_t>(ox);
+        const float v = d[ox];
+        r0[2 * ox] = where == 0 ? v : 0.0f;
+        r0[2 * ox + 1] = where == 1 ? v : 0.0f;
+        r1[2 * ox] = where == static_cast<std::int32_t>(W) ? v : 0.0f;
+        r1[2 * ox + 1] = where == static_cast<std::int32_t>(W) + 1 ? v : 0.0f;
+      }
+    }
+  }
+}
+
 inline void max_pool_backward_sample(const float* dy, const std::int32_t* argmax, const Window2d& g, float* dx) {
+  if (g.window == 2 && g.stride == 2 && g.width % 2 == 0 && g.height % 2 == 0 && g.out_width >= 8) {
+    max_pool_2x2_backward_sample(dy, argmax, g, dx);
+    return;
+  }
   std::fill(dx, dx + g.in_size(), 0.0f);
   const std::size_t P = g.out_pixels();
   for (std::size_t c = 0; c < g.channels; ++c) {

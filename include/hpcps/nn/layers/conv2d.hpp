@@ -65,6 +65,13 @@ class Conv2d {
     ws.method.forward(backend, params, x, count, y);
   }
 
+  // y = Act(conv(x)), for nn::Sequential's fusion with the activation after this layer.
+  template <class Act, class Backend>
+  void forward_activated(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                         std::size_t count, float* y, bool /*training*/) const {
+    ws.method.template forward_activated<Act>(backend, params, x, count, y);
+  }
+
   // grad = [dW, db] summed over the batch (overwritten); dx = d(loss)/dx unless null.
   template <class Backend>
   void backward(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x, const float* /*y*/,

@@ -56,6 +56,13 @@ class Dense {
     if (dx != nullptr) input_gradient(backend, params, dy, count, dx);
   }
 
+  // y = Act(x W^T + b), for nn::Sequential's fusion with the activation after this layer.
+  template <class Act, class Backend>
+  void forward_activated(const Backend& backend, Workspace<Backend>&, const float* params, const float* x,
+                         std::size_t count, float* y, bool /*training*/) const {
+    forward_activated<Act>(backend, params, x, count, y);
+  }
+
   // The two halves of the passes, for networks that fuse or interleave them (nn::Mlp): the
   // forward pass with an activation applied in the bias pass, one sweep over y instead of two;
   // the parameter gradient [dW, db] and the input gradient separately, so the parameters' slice

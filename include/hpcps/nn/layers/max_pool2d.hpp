@@ -39,10 +39,12 @@ class MaxPool2d : public StatelessLayer {
   template <class Backend>
   struct Workspace {
     typename Backend::label_buffer_type argmax;  // [max_batch x output size]
+    typename Backend::buffer_type scaled_dy;     // [max_batch x output size], for backward_through
   };
   template <class Backend>
   Workspace<Backend> make_workspace(const Backend& backend, std::size_t max_batch) const {
-    return Workspace<Backend>{backend.make_label_buffer(max_batch * g_.out_size())};
+    return Workspace<Backend>{backend.make_label_buffer(max_batch * g_.out_size()),
+                              backend.make_buffer(max_batch * g_.out_size())};
   }
 
   template <class Backend>
@@ -54,6 +56,17 @@ class MaxPool2d : public StatelessLayer {
   void backward(const Backend& backend, Workspace<Backend>& ws, const float*, const float*, const float*,
                 const float* dy, std::size_t count, float* dx, float*) const {
     if (dx != nullptr) backend.max_pool_backward(dy, Backend::data(ws.argmax), count, g_, dx);
+  }
+  // The backward pass of the activation Act before this layer too: dx = d(loss)/d(Act's input).
+  // Only each window's maximum gets a gradient, and Act'(x) there is Act'(y) of this layer's
+  // output y, so the derivative costs a pass over y, a quarter of x for 2x2 windows.
+  template <class Act, class Backend>
+  void backward_through(const Backend& backend, Workspace<Backend>& ws, const float*, const float*, const float* y,
+                        const float* dy, std::size_t count, float* dx, float*) const {
+    if (dx == nullptr) return;
+    float* scaled = Backend::data(ws.scaled_dy);
+    backend.template activation_gradient<Act>(dy, y, count * g_.out_size(), scaled);
+    backend.max_pool_backward(scaled, Backend::data(ws.argmax), count, g_, dx);
   }
 
  private:
