@@ -248,6 +248,17 @@ class Communicator {
     return result;
   }
 
+  // Nonblocking: `in` and `out` must stay valid until the request completes. Every rank of the
+  // communicator must start its nonblocking collectives in the same order.
+  template <class T>
+  [[nodiscard]] Request iallreduce(const T* in, T* out, std::size_t count, MPI_Op op) const {
+    const int n = detail::int_count<T>(count, "MPI_Iallreduce");
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(in, out, n, datatype_of<T>(), op, comm_, &request), "MPI_Iallreduce",
+          "count={} x {}, op={}", count, type_name<T>(), detail::op_name(op));
+    return Request(request, {"MPI_Iallreduce", "root", -1, 0, true});
+  }
+
   // `count` elements from every rank into `out` at root, rank r's at out + r * count; `out` must
   // hold size() * count elements on the root and is not used elsewhere (may be null there).
   template <class T>

@@ -25,6 +25,9 @@ struct RequestOrigin {
   const char* peer_label = "peer";
   int peer = MPI_PROC_NULL;
   int tag = 0;
+  // A nonblocking collective may be neither cancelled nor freed: abandoning one only forgets it
+  // (the job is about to end: the error that unwinds it reaches MPI_Abort next).
+  bool collective = false;
 };
 
 // Ends an active request that nobody will wait for. Waiting could hang: the matching operation on
@@ -104,7 +107,7 @@ class Request {
       : handle_(std::exchange(other.handle_, MPI_REQUEST_NULL)), origin_(other.origin_) {}
   Request& operator=(Request&& other) noexcept {
     if (this != &other) {
-      detail::abandon(handle_);
+      abandon();
       handle_ = std::exchange(other.handle_, MPI_REQUEST_NULL);
       origin_ = other.origin_;
     }
@@ -112,7 +115,7 @@ class Request {
   }
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
-  ~Request() { detail::abandon(handle_); }
+  ~Request() { abandon(); }
 
   // Blocks until the operation completes; a no-op on an inactive request.
   void wait() {
@@ -133,6 +136,10 @@ class Request {
   const detail::RequestOrigin& origin() const noexcept { return origin_; }
 
  private:
+  void abandon() noexcept {
+    if (origin_.collective) handle_ = MPI_REQUEST_NULL;
+    else detail::abandon(handle_);
+  }
   friend class RequestSet;
   friend void wait_all(Request* first, std::size_t n);
 
