@@ -33,6 +33,10 @@ class Adam {
   }
 
   const Schedule& schedule() const { return schedule_; }
+  float beta1() const { return beta1_; }
+  float beta2() const { return beta2_; }
+  float epsilon() const { return epsilon_; }
+  float weight_decay() const { return weight_decay_; }
 
   State make_state(std::size_t n) const { return State{std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)}; }
 

@@ -46,6 +46,9 @@ class Schedule {
 
   Kind kind() const { return kind_; }
   float base_rate() const { return rate_; }
+  std::size_t length() const { return length_; }  // steps of a step decay or cosine; 0 when constant
+  float gamma() const { return gamma_; }
+  float floor() const { return floor_; }
   const char* name() const { return kind_ == Kind::constant ? "constant" : kind_ == Kind::step ? "step" : "cosine"; }
 
  private:
