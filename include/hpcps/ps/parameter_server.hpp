@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -18,8 +20,10 @@
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/optim/optimizer_traits.hpp"
 #include "hpcps/optim/sgd.hpp"
+#include "hpcps/optim/state_arrays.hpp"
 #include "hpcps/ps/composition.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/resume.hpp"
 #include "hpcps/ps/server.hpp"
 #include "hpcps/ps/wire_format.hpp"
 #include "hpcps/ps/worker.hpp"
@@ -90,6 +94,11 @@ class ParameterServer {
     // Synchronous strategy, host-memory backends, fp32 wires, and in the colocated layout with
     // local_shortcut on; elsewhere, or with this off, point-to-point messages carry the data.
     bool shared_memory = true;
+    // A checkpoint to resume from (ps::train writes them, TrainOptions::checkpoint): its
+    // directory, or the folder of checkpoints, whose newest is taken. The servers start from its
+    // parameters, update rule state and update count, on this run's layout (which may differ from
+    // the one that wrote it), and ps::train continues at the clock it was taken at.
+    std::string resume;
   };
 
   // Whether a ParameterServer built with `options` shares memory between the ranks of a node.
@@ -111,7 +120,8 @@ class ParameterServer {
                   Sync sync = Sync{}, Optimizer optimizer = Optimizer{})
       : world_(agreed_world(world, composition(network, options, sync))),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
-        options_(options) {
+        options_(options),
+        identity_(resume_expectation(network, sync, optimizer)) {
     // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
     const int tag_ub = world_.tag_upper_bound();
     if (layout_.max_pieces() > static_cast<std::size_t>(tag_ub - ps::tags::push) + 1) {
@@ -121,13 +131,25 @@ class ParameterServer {
                               ps::tags::push + static_cast<long long>(layout_.max_pieces()) - 1, tag_ub));
     }
     const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
+    std::optional<data::Range> shard;
+    if (serves) shard = layout_.shard(layout_.server_index(world_.rank()));
+    if (!options.resume.empty()) {
+      try {
+        resumed_ = std::make_unique<ps::ResumedCheckpoint>(ps::load_checkpoint(world_, options.resume, identity_, shard));
+      } catch (const CollectiveError&) {
+        world_ = comm::Communicator();  // raised on every rank alike: the collective free is safe (agreed_world)
+        throw;
+      }
+    }
     if (serves) {
       // Every server derives the same initial vector from the seed and keeps its own range, so
       // no rank has to send the initial model.
       std::vector<float> initial(network.parameter_count());
       network.initialize(initial.data(), options.seed);
+      if (resumed_) std::copy(resumed_->parameters.begin(), resumed_->parameters.end(), initial.begin() + shard->begin);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, optimizer, options.wire, options.pull_wire);
+      if (resumed_) restore_server_state();
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
@@ -176,8 +198,26 @@ class ParameterServer {
     c.add("initialisation seed (Options::seed)", std::to_string(options.seed));
     c.add("local shortcut (Options::local_shortcut)", options.local_shortcut ? "on" : "off");
     c.add("shared memory (Options::shared_memory)", options.shared_memory ? "on" : "off");
+    c.add("checkpoint to resume from (Options::resume)", options.resume.empty() ? "none" : options.resume);
     return c;
   }
+  // What a checkpoint of this composition records, and what resuming checks.
+  static ps::ResumeExpectation resume_expectation(const Network& network, const Sync& sync, const Optimizer& optimizer) {
+    ps::ResumeExpectation e;
+    e.network = ps::describe_network(network);
+    e.parameters = network.parameter_count();
+    e.sync = fmt::format("{} (staleness {})", Sync::name, sync.staleness());
+    e.optimizer = optim::description_of(optimizer);
+    if constexpr (optim::has_state_arrays_v<typename Optimizer::State>) {
+      auto state = optimizer.make_state(0);
+      for (const auto& a : optim::state_arrays(state)) e.state_arrays.emplace_back(a.name);
+    }
+    return e;
+  }
+  // What a checkpoint of this run records about the composition (the same on every rank).
+  const ps::ResumeExpectation& checkpoint_identity() const { return identity_; }
+  // The checkpoint this ParameterServer resumed from (Options::resume), or null.
+  const ps::ResumedCheckpoint* resumed() const { return resumed_.get(); }
 
   // Workers and servers refer to world_: the object stays where it was built.
   ParameterServer(const ParameterServer&) = delete;
@@ -242,6 +282,17 @@ class ParameterServer {
     return own;
   }
 
+  void restore_server_state() {
+    if constexpr (optim::has_state_arrays_v<typename Optimizer::State>) {
+      const auto arrays = optim::state_arrays(server_->optimizer_state());
+      for (std::size_t a = 0; a < arrays.size(); ++a) *arrays[a].values = std::move(resumed_->state[a]);
+    }
+    server_->restore_updates(static_cast<std::size_t>(resumed_->manifest.server_updates));
+    // Only the manifest is needed from here on.
+    std::vector<float>().swap(resumed_->parameters);
+    std::vector<std::vector<float>>().swap(resumed_->state);
+  }
+
   // Collective. Every worker rank's segment of the node's window holds its gradient and its
   // parameters, a dedicated server's its shard; then each worker-server pair on this node is
   // connected in place (the rank's own pair, colocated, by the local shortcut below).
@@ -303,6 +354,7 @@ class ParameterServer {
   comm::Communicator world_;
   ps::Layout layout_;
   Options options_;
+  ps::ResumeExpectation identity_;
   // Declared before the worker and the server, which point into the window: destroyed after them.
   comm::Communicator node_;
   comm::SharedWindow window_;
@@ -310,6 +362,7 @@ class ParameterServer {
   bool local_shortcut_ = false;
   int shared_group_leader_ = -1;    // lowest world rank of this rank's window; -1: no window
   std::vector<int> shared_group_;   // every rank's shared_group_leader_
+  std::unique_ptr<ps::ResumedCheckpoint> resumed_;
   std::unique_ptr<worker_type> worker_;
   std::unique_ptr<server_type> server_;
 };

@@ -29,6 +29,11 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
   json.field("updates", r.server_updates).field("wait_seconds", r.server_wait).field("update_seconds", r.server_update);
   json.field("max_staleness", r.server_max_staleness);
   json.end_object();
+  json.key("checkpoints").begin_object();
+  json.field("written", r.checkpoints).field("seconds", r.checkpoint_seconds).field("bytes", r.checkpoint_bytes);
+  json.field("last", r.last_checkpoint).field("resumed_from", r.resumed_from).field("clocks", r.clocks);
+  json.field("stop_signal", r.stop_signal);
+  json.end_object();
   json.key("epochs").begin_array();
   for (const EpochReport& e : r.epochs) {
     json.begin_object();
@@ -36,6 +41,7 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
     json.field("test_loss", e.test_loss).field("test_accuracy", e.test_accuracy);
     json.field("samples", e.samples).field("seconds", e.seconds).field("samples_per_second", e.samples_per_second);
     json.field("eval_seconds", e.eval_seconds).field("elapsed_seconds", e.elapsed_seconds);
+    json.field("checkpoint_seconds", e.checkpoint_seconds);
     write_times(json, e.times);
     json.end_object();
   }

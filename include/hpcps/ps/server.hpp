@@ -112,13 +112,17 @@ class Server {
     }
   }
 
-  // Serves until every worker has sent its stop marker.
+  // Serves until every worker has sent its stop marker. An aggregating server calls
+  // after_clock() after each clock it served (ps::train checkpoints and agrees on stopping there).
   void run() {
+    run([] {});
+  }
+  template <class AfterClock>
+  void run(AfterClock&& after_clock) {
     allocate_inboxes();
     if constexpr (Sync::aggregates) {
       start_aggregating();
-      while (serve_clock()) {
-      }
+      while (serve_clock()) after_clock();
       for (auto& set : piece_replies_) {
         set.wait_all();
         set.clear();
@@ -132,6 +136,13 @@ class Server {
 
   // The fp32 master copy (a 16-bit pull sends it rounded).
   std::vector<float> parameters() const { return {params_, params_ + range_.size()}; }
+  // What a checkpoint saves: the shard's parameters in place, the rule's state, and the update
+  // count that schedules and bias corrections read.
+  const float* parameter_data() const { return params_; }
+  typename Optimizer::State& optimizer_state() { return state_; }
+  const Optimizer& optimizer() const { return optimizer_; }
+  // A resumed run continues counting updates where the checkpoint left off. Before serving.
+  void restore_updates(std::size_t updates) { stats_.updates = updates; }
 
   // A colocated rank's own worker, whose messages to this server would only be copies within the
   // process: the server reads its sample count and gradient where the worker wrote them, and

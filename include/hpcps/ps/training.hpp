@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -23,7 +24,11 @@
 #include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/ps/agreed_verdict.hpp"
+#include "hpcps/ps/checkpoint_interval.hpp"
+#include "hpcps/ps/checkpoint_writer.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/run_control.hpp"
 
 namespace hpcps::ps {
 
@@ -36,6 +41,17 @@ struct TrainOptions {
   // Called on worker w after the gradient of each clock with (w, clock, seconds it took); its
   // time counts as compute. Straggler studies and tests slow workers down with it.
   std::function<void(int, std::size_t, double)> after_compute;
+  // Checkpoints (synchronous strategy; docs/reliability.md): written into this folder, one
+  // directory per checkpoint, at the end of the clocks `checkpoint_every` says, when training
+  // stops on a signal, and at the end; the newest `checkpoint_keep` are kept. Empty: none.
+  // A ParameterServer built with Options::resume continues where its checkpoint left off.
+  std::string checkpoint;
+  CheckpointInterval checkpoint_every;
+  std::size_t checkpoint_keep = 2;
+  // SIGTERM or SIGINT on any rank: every rank finishes the clock it is in, a checkpoint is written
+  // (with `checkpoint` set), and train returns early with TrainingReport::stop_signal set. A second
+  // signal ends the process at once. Synchronous strategy.
+  bool stop_on_signals = false;
 };
 
 struct EpochReport {
@@ -47,6 +63,7 @@ struct EpochReport {
   double samples_per_second = 0.0;
   double eval_seconds = 0.0;
   double elapsed_seconds = 0.0;    // since training started, at the end of this epoch's evaluation
+  double checkpoint_seconds = 0.0;  // writing checkpoints during this epoch (excluded from `seconds`)
   WorkerTimes times;               // mean over workers (bulk-synchronous) or rank 0's own (otherwise)
 };
 
@@ -72,6 +89,14 @@ struct TrainingReport {
   std::size_t server_max_staleness = 0;  // largest clock gap any server allowed
   std::size_t gradient_pushes = 0;       // this worker's non-idle pushes (to each server)
   int workers = 0, servers = 0;
+  // Checkpoints written, the time they took (every rank waits for them), the newest one's path.
+  std::size_t checkpoints = 0;
+  double checkpoint_seconds = 0.0;
+  std::string last_checkpoint;
+  std::uint64_t checkpoint_bytes = 0;  // of one checkpoint, manifest excluded
+  std::uint64_t clocks = 0;            // completed, those before a resume included
+  std::string resumed_from;            // the checkpoint this run started from, if any
+  int stop_signal = 0;                 // the signal that stopped training early, or 0
 };
 
 // Samples of the global minibatch that worker `w` of `workers` computes.
@@ -138,6 +163,57 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   report.workers = workers;
   report.servers = layout.servers();
 
+  // Where training starts: at the beginning, or where the checkpoint it resumes left off. Every
+  // rank reads the same manifest, so every rank finds the same problem, if any.
+  const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch, workers);
+  CheckpointPosition start{0, 0, 0, clocks, options.batch, train_set.count, options.seed};
+  if (const auto* resumed = ps.resumed()) {
+    const auto& m = resumed->manifest;
+    std::string problem;
+    if (m.global_batch != options.batch) {
+      problem = fmt::format("it was trained with a global batch of {}, this run has {}", m.global_batch, options.batch);
+    } else if (m.shuffle_seed != options.seed) {
+      problem = fmt::format("it was trained with shuffling seed {}, this run has {}", m.shuffle_seed, options.seed);
+    } else if (m.train_samples != train_set.count) {
+      problem = fmt::format("it was trained on {} samples, this run has {}", m.train_samples, train_set.count);
+    }
+    if (!problem.empty()) {
+      throw CollectiveError(fmt::format("ps::train: cannot resume from {}: {}", resumed->path, problem), world.rank() == 0);
+    }
+    start.clock = m.clock;
+    start.epoch = m.epoch;
+    start.batch = m.batch;
+    if (start.batch >= clocks) {  // another number of workers cuts an epoch into fewer clocks
+      start.batch = 0;
+      ++start.epoch;
+    }
+    report.resumed_from = resumed->path;
+  }
+  const std::uint64_t end_clock = std::max<std::uint64_t>(
+      start.clock, start.clock + (options.epochs * clocks) - std::min<std::uint64_t>(options.epochs * clocks, start.epoch * clocks + start.batch));
+  const bool controlled = !options.checkpoint.empty() || options.stop_on_signals;
+  if (controlled && !Server::sync_type::aggregates) {
+    throw CollectiveError(fmt::format("ps::train: checkpoints and stopping on signals need the synchronous strategy, "
+                                      "not '{}'",
+                                      Server::sync_type::name),
+                          world.rank() == 0);
+  }
+  report.checkpoint_bytes = checkpoint_bytes(ps);
+  if (!options.checkpoint.empty()) {
+    // Found out now, not after the first hour: rank 0 and the servers must be able to write.
+    const bool writes = world.rank() == 0 || ps.is_server();
+    throw_if_any_rank(world,
+                      writes ? checkpoint::writable_problem(options.checkpoint, report.checkpoint_bytes) : std::string(),
+                      "ps::train", fmt::format("another rank cannot write checkpoints into {}", options.checkpoint));
+  }
+  std::optional<RunControl<Server>> control;
+  if (controlled) {
+    control.emplace(ps, typename RunControl<Server>::Settings{options.checkpoint, options.checkpoint_every,
+                                                              options.checkpoint_keep, options.stop_on_signals, end_clock},
+                    start);
+  }
+  bool stopped = false;
+
   if (ps.is_worker()) {
     auto& worker = ps.worker();
     const int w = ps.worker_index();
@@ -153,18 +229,10 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       problem = detail::input_mismatch("training", train_set, worker.network());
       if (problem.empty() && test_set != nullptr) problem = detail::input_mismatch("test", *test_set, worker.network());
     }
-    const int failures = team.allreduce_value(problem.empty() ? 0 : 1, MPI_SUM);
-    if (failures > 0) {
-      // The lowest worker that found a problem reports it, for every worker.
-      const int reporter = team.allreduce_value(problem.empty() ? team.size() : team.rank(), MPI_MIN);
-      throw CollectiveError(problem.empty() ? fmt::format("ps::train: another worker rejected the options")
-                                            : fmt::format("ps::train: {}", problem),
-                            team.rank() == reporter);
-    }
+    throw_if_any_rank(team, problem, "ps::train", "another worker rejected the options");
     const data::Range shard = data::shard_range(train_set.count, static_cast<std::size_t>(w),
                                                 static_cast<std::size_t>(workers));
     data::Batcher batcher(train_set, shard, batch, options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(w));
-    const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch, workers);
 
     if (options.after_compute) {
       worker.set_after_compute([&options, w](std::size_t clock, double seconds) { options.after_compute(w, clock, seconds); });
@@ -190,25 +258,32 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       return report.evaluations.back();
     };
     worker.start();
-    for (std::size_t epoch = 0; epoch < options.epochs; ++epoch) {
+    for (std::size_t epoch = start.epoch; epoch < options.epochs && !stopped; ++epoch) {
       const auto epoch_started = std::chrono::steady_clock::now();
       const double evaluating_before = evaluating_seconds;
+      const double checkpointing_before = control ? control->checkpoint_seconds() : 0.0;
       worker.reset_times();
       batcher.start_epoch(epoch);
       nn::BatchStats stats;
-      for (std::size_t c = 0; c < clocks; ++c) {
+      for (std::size_t c = epoch == start.epoch ? start.batch : 0; c < clocks; ++c) {
         if (c < batcher.batches_per_epoch()) {
           const data::BatchView b = batcher.batch(c);
           stats += worker.step(b.inputs, b.labels, b.count);
         } else {
           worker.step(nullptr, nullptr, 0);
         }
+        if (control && control->after_clock()) {
+          stopped = true;  // every rank agreed to stop after this clock
+          break;
+        }
         if (evaluating && c + 1 < clocks && (c + 1) % evaluate_every == 0) {
           evaluate(static_cast<double>(epoch) + static_cast<double>(c + 1) / static_cast<double>(clocks));
         }
       }
+      if (stopped) break;  // a partial epoch has no report; every worker leaves here alike
       EpochReport e;
       e.epoch = epoch + 1;
+      e.checkpoint_seconds = control ? control->checkpoint_seconds() - checkpointing_before : 0.0;
       // Evaluations inside the epoch (evaluations_per_epoch > 1) stall every worker of a
       // bulk-synchronous run at rank 0's next clock: that time is evaluation, not training.
       const double evaluated_in_epoch = evaluating_seconds - evaluating_before;
@@ -222,7 +297,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         team.allreduce_in_place(sums, 7, MPI_SUM);
         contributors = workers;
       }
-      e.seconds = std::max(0.0, e.seconds - sums[6]);  // only rank 0 evaluates
+      e.seconds = std::max(0.0, e.seconds - sums[6] - e.checkpoint_seconds);  // only rank 0 evaluates
       local_seconds += e.seconds;
       e.samples = static_cast<std::size_t>(sums[1]);
       e.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
@@ -249,8 +324,18 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     report.train_seconds = team.allreduce_value(local_seconds, MPI_MAX);
     const std::size_t samples = team.allreduce_value(local_samples, MPI_SUM);
     report.samples_per_second = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
+  } else if (control) {
+    if constexpr (Server::sync_type::aggregates) ps.server().run([&control] { control->after_clock(); });
   } else {
     ps.server().run();
+  }
+  if (control) {
+    control->finish();
+    report.checkpoints = control->checkpoints();
+    report.checkpoint_seconds = control->checkpoint_seconds();
+    report.last_checkpoint = control->last_checkpoint();
+    report.stop_signal = control->stop_signal();
+    report.clocks = control->position().clock;
   }
 
   // Server figures to rank 0 (a worker): the one collective both roles share after training.

@@ -1,0 +1,89 @@
+#pragma once
+// Reading a checkpoint to resume from (ParameterServer::Options::resume): every rank reads and
+// checks the manifest against its own composition, each server reads its shard's parameters and
+// state arrays (from whichever old shard files hold them: the layout may differ), and the ranks
+// agree on the verdict, so a bad checkpoint stops every rank with one sentence naming the file and
+// the reason, before anything is trained or written.
+#include <cstddef>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hpcps/checkpoint/directory.hpp"
+#include "hpcps/checkpoint/manifest.hpp"
+#include "hpcps/comm/communicator.hpp"
+#include "hpcps/data/shard.hpp"
+#include "hpcps/ps/agreed_verdict.hpp"
+#include "hpcps/ps/checkpoint_shards.hpp"
+
+namespace hpcps::ps {
+
+// What this run is, to compare with what the checkpoint was written by.
+struct ResumeExpectation {
+  std::string network;
+  std::size_t parameters = 0;
+  std::string sync, optimizer;
+  std::vector<std::string> state_arrays;
+};
+
+struct ResumedCheckpoint {
+  std::string path;  // the checkpoint directory read (the newest one when a folder was given)
+  checkpoint::Manifest manifest;
+  std::vector<float> parameters;          // a server's shard, else empty
+  std::vector<std::vector<float>> state;  // the same for each state array
+};
+
+// Empty if the checkpoint fits the run, else why not.
+inline std::string mismatch(const checkpoint::Manifest& m, const ResumeExpectation& e) {
+  const auto differs = [](const char* what, const std::string& theirs, const std::string& ours) {
+    return fmt::format("written for {} {}, but this run has {}", what, theirs, ours);
+  };
+  if (m.network != e.network) return differs("the network", m.network, e.network);
+  if (m.parameters != e.parameters) return differs("a parameter count of", std::to_string(m.parameters), std::to_string(e.parameters));
+  if (m.sync != e.sync) return differs("the synchronization", m.sync, e.sync);
+  if (m.optimizer != e.optimizer) return differs("the update rule", m.optimizer, e.optimizer);
+  if (m.state_arrays != e.state_arrays) {
+    return differs("state arrays", fmt::format("[{}]", fmt::join(m.state_arrays, ", ")),
+                   fmt::format("[{}]", fmt::join(e.state_arrays, ", ")));
+  }
+  return {};
+}
+
+// Collective over `world`. `shard`: this rank's server shard, if it serves.
+inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const std::string& where,
+                                         const ResumeExpectation& expected, std::optional<data::Range> shard) {
+  ResumedCheckpoint r;
+  std::string problem;
+  try {
+    r.path = checkpoint::resolve(where);
+    r.manifest = checkpoint::read_manifest(r.path);
+    const std::string path = (std::filesystem::path(r.path) / checkpoint::manifest_name).string();
+    if (const std::string why = mismatch(r.manifest, expected); !why.empty()) {
+      throw checkpoint::BadCheckpoint(fmt::format("{}: {}", path, why));
+    }
+    if (world.rank() == 0) {
+      // Missing and cut-short shard files are named here whoever reads them.
+      for (const auto& f : r.manifest.files) check_shard_present((std::filesystem::path(r.path) / f.name).string(), f);
+    }
+    if (shard) {
+      ShardReader reader(r.path, r.manifest);
+      r.parameters.resize(shard->size());
+      reader.read(0, *shard, r.parameters.data());
+      r.state.resize(r.manifest.state_arrays.size());
+      for (std::size_t a = 0; a < r.state.size(); ++a) {
+        r.state[a].resize(shard->size());
+        reader.read(a + 1, *shard, r.state[a].data());
+      }
+    }
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  throw_if_any_rank(world, problem, fmt::format("cannot resume from {}", where), "another rank refused the checkpoint");
+  return r;
+}
+
+}  // namespace hpcps::ps

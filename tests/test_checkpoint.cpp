@@ -1,0 +1,302 @@
+// Checkpoint and resume under mpiexec: a synchronous run stopped at an epoch boundary or in the
+// middle of an epoch (by SIGTERM, which also tests the stop agreement) and resumed ends with the
+// bits of the uninterrupted run; a checkpoint resumes on another layout with every shard and
+// state array where it belongs; damaged, foreign or missing checkpoints are refused on every rank
+// with a sentence naming the file; an unwritable folder is found before training.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "hpcps/hpcps.hpp"
+#include "synthetic_data.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
+using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
+using AdamPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::Adam>;
+
+const hpcps::data::Dataset& train_set() {
+  static const auto d = hpcps_test::synthetic(301, 12, 4, 7);
+  return d;
+}
+const hpcps::data::Dataset& test_set() {
+  static const auto d = hpcps_test::synthetic(97, 12, 4, 8);
+  return d;
+}
+Net network() { return Net({12, 16, 4}); }
+
+// A folder shared by every rank, fresh for each use.
+std::string fresh_folder(const hpcps::comm::Communicator& world, const std::string& name) {
+  const std::string path = (fs::temp_directory_path() / ("hpcps-test-" + name)).string();
+  if (world.rank() == 0) fs::remove_all(path);
+  world.barrier();
+  return path;
+}
+
+template <class Server>
+typename Server::Options options(int servers, const std::string& resume = {}) {
+  typename Server::Options o;
+  o.servers = servers;
+  o.max_batch = 32;
+  o.piece_floats = 100;  // several pieces per shard
+  o.resume = resume;
+  return o;
+}
+
+hpcps::ps::TrainOptions train_options(std::size_t epochs) {
+  hpcps::ps::TrainOptions t;
+  t.epochs = epochs;
+  t.batch = 24;
+  t.seed = 3;
+  return t;
+}
+
+struct Outcome {
+  std::vector<float> parameters;  // worker 0's
+  double test_accuracy = 0.0;
+  hpcps::ps::TrainingReport report;
+};
+
+template <class Server, class Optimizer>
+Outcome run(const hpcps::comm::Communicator& world, int servers, const hpcps::ps::TrainOptions& t, Optimizer optimizer,
+            const std::string& resume = {}) {
+  Server ps(world, network(), hpcps::backend::Cpu(1), options<Server>(servers, resume), {}, optimizer);
+  Outcome o;
+  o.report = hpcps::ps::train(ps, train_set(), &test_set(), t);
+  if (world.rank() == 0) {
+    o.parameters = ps.worker().parameters();
+    o.test_accuracy = o.report.test_accuracy;
+  }
+  return o;
+}
+
+std::vector<int> layouts(int ranks) {
+  std::vector<int> servers{0};
+  for (int s = 1; s < ranks && s <= 2; ++s) servers.push_back(s);
+  return servers;
+}
+
+}  // namespace
+
+TEST_CASE("a run resumed at an epoch boundary ends with the bits of the uninterrupted run", "[checkpoint]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const hpcps::optim::Adam adam(0.01f);
+  for (const int servers : layouts(world.size())) {
+    INFO("servers " << servers);
+    const std::string folder = fresh_folder(world, "epoch-boundary");
+    const Outcome whole = run<Ps>(world, servers, train_options(3), momentum);
+    auto first = train_options(1);
+    first.checkpoint = folder;
+    const Outcome part = run<Ps>(world, servers, first, momentum);
+    CHECK(part.report.checkpoints == 1);
+    const Outcome resumed = run<Ps>(world, servers, train_options(3), momentum, folder);
+    if (world.rank() == 0) {
+      CHECK(resumed.report.epochs.size() == 2);
+      CHECK(resumed.parameters == whole.parameters);
+      CHECK(resumed.test_accuracy == whole.test_accuracy);
+      CHECK(part.parameters != whole.parameters);  // the comparison can fail
+    }
+    // Adam's two moments and its bias correction's step count survive too.
+    const std::string adam_folder = fresh_folder(world, "epoch-boundary-adam");
+    const Outcome adam_whole = run<AdamPs>(world, servers, train_options(2), adam);
+    auto adam_first = train_options(1);
+    adam_first.checkpoint = adam_folder;
+    run<AdamPs>(world, servers, adam_first, adam);
+    const Outcome adam_resumed = run<AdamPs>(world, servers, train_options(2), adam, adam_folder);
+    if (world.rank() == 0) CHECK(adam_resumed.parameters == adam_whole.parameters);
+  }
+}
+
+TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the same bits", "[checkpoint][signals]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  for (const int servers : layouts(world.size())) {
+    INFO("servers " << servers);
+    const std::string folder = fresh_folder(world, "mid-epoch");
+    const Outcome whole = run<Ps>(world, servers, train_options(3), momentum);
+    auto stopped = train_options(3);
+    stopped.checkpoint = folder;
+    stopped.checkpoint_every = hpcps::ps::parse_checkpoint_interval("4clocks");
+    stopped.stop_on_signals = true;
+    // Worker 0 sends the last rank (a server where there is one) SIGTERM during clock 17 of 39
+    // (the second epoch has 13 clocks).
+    const int me = static_cast<int>(::getpid());
+    std::vector<int> pids(static_cast<std::size_t>(world.size()));
+    world.allgather(&me, 1, pids.data());
+    stopped.after_compute = [&](int w, std::size_t clock, double) {
+      if (w == 0 && clock == 16) ::kill(pids.back(), SIGTERM);
+    };
+    const Outcome part = run<Ps>(world, servers, stopped, momentum);
+    CHECK(part.report.stop_signal == SIGTERM);
+    // Stopped within two clocks of the signal, in the middle of the second epoch, with a checkpoint.
+    CHECK(part.report.clocks >= 17);
+    CHECK(part.report.clocks <= 20);
+    CHECK(part.report.last_checkpoint.find(hpcps::checkpoint::checkpoint_name(part.report.clocks)) != std::string::npos);
+    const Outcome resumed = run<Ps>(world, servers, train_options(3), momentum, folder);
+    CHECK(resumed.report.stop_signal == 0);
+    if (world.rank() == 0) {
+      CHECK(resumed.parameters == whole.parameters);
+      CHECK(resumed.test_accuracy == whole.test_accuracy);
+    }
+    // The newest two are kept.
+    if (world.rank() == 0) CHECK(hpcps::checkpoint::published(folder).size() == 2);
+  }
+}
+
+TEST_CASE("a checkpoint resumes on another layout with every shard and state array in place", "[checkpoint][layout]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const std::string folder = fresh_folder(world, "relayout");
+  const std::size_t n = network().parameter_count();
+  // The whole parameter vector and velocity of a ParameterServer, on every rank (shards are disjoint).
+  const auto whole_state = [&](auto& ps) {
+    std::vector<float> all(2 * n, 0.0f);
+    if (ps.is_server()) {
+      const auto r = ps.server().range();
+      const auto& v = ps.server().optimizer_state().velocity;
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        all[r.begin + i] = ps.server().parameter_data()[i];
+        all[n + r.begin + i] = v[i];
+      }
+    }
+    world.allreduce_in_place(all.data(), all.size(), MPI_SUM);
+    return all;
+  };
+  const int writer = world.size() >= 3 ? 2 : (world.size() == 2 ? 1 : 0);
+  std::vector<float> saved;
+  {
+    auto t = train_options(1);
+    t.checkpoint = folder;
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(writer), {}, momentum);
+    hpcps::ps::train(ps, train_set(), &test_set(), t);
+    saved = whole_state(ps);
+  }
+  for (int servers = 0; servers < world.size(); ++servers) {
+    INFO("written with " << writer << " servers, resumed with " << servers);
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, folder), {}, momentum);
+    CHECK(whole_state(ps) == saved);
+    CHECK(ps.resumed()->manifest.servers == writer);
+    const auto report = hpcps::ps::train(ps, train_set(), &test_set(), train_options(2));
+    if (world.rank() == 0) CHECK(report.epochs.size() == 1);
+  }
+}
+
+namespace {
+
+// Copies checkpoint `from` to `to` (rank 0), then applies `damage` to the copy.
+template <class Damage>
+void damaged_copy(const hpcps::comm::Communicator& world, const std::string& from, const std::string& to, Damage damage) {
+  if (world.rank() == 0) {
+    fs::remove_all(to);
+    fs::copy(from, to, fs::copy_options::recursive);
+    damage(to);
+  }
+  world.barrier();
+}
+
+void flip_byte(const std::string& path, std::size_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x10));
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST_CASE("bad checkpoints are refused on every rank with the file and the reason", "[checkpoint][robustness]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const int servers = world.size() > 1 ? 1 : 0;
+  const std::string folder = fresh_folder(world, "bad");
+  auto t = train_options(1);
+  t.checkpoint = folder;
+  run<Ps>(world, servers, t, momentum);
+  const std::string good = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
+  const std::string manifest = good + "/MANIFEST", shard = good + "/" + hpcps::checkpoint::shard_file(0);
+  const std::string copy = folder + "/damaged";
+
+  // Every rank throws; the reporter's sentence names the file and the reason.
+  const auto refused = [&](auto make, const std::string& file, const std::string& reason) {
+    INFO("expected: " << file << ": ..." << reason);
+    std::string message;
+    bool reporter = false;
+    try {
+      make();
+    } catch (const hpcps::CollectiveError& e) {
+      message = e.what();
+      reporter = e.reporter();
+    }
+    CHECK(message.find("cannot resume from") != std::string::npos);
+    const int reporters = world.allreduce_value(reporter ? 1 : 0, MPI_SUM);
+    CHECK(reporters == 1);
+    if (reporter) {
+      CHECK_THAT(message, Catch::Contains(file) && Catch::Contains(reason));
+    }
+  };
+  const auto resume_momentum = [&](const std::string& from) {
+    return [&world, &momentum, servers, from] {
+      Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, from), {}, momentum);
+    };
+  };
+  const std::string manifest_text = world.rank() == 0 ? slurp(manifest) : std::string();
+
+  damaged_copy(world, good, copy, [&](const std::string& d) { fs::resize_file(d + "/" + hpcps::checkpoint::shard_file(0), 100); });
+  refused(resume_momentum(copy), hpcps::checkpoint::shard_file(0), "truncated");
+  damaged_copy(world, good, copy, [&](const std::string& d) { fs::remove(d + "/" + hpcps::checkpoint::shard_file(0)); });
+  refused(resume_momentum(copy), hpcps::checkpoint::shard_file(0), "missing");
+  damaged_copy(world, good, copy, [&](const std::string& d) { flip_byte(d + "/" + hpcps::checkpoint::shard_file(0), 1000); });
+  refused(resume_momentum(copy), hpcps::checkpoint::shard_file(0), "checksum mismatch");
+  damaged_copy(world, good, copy, [&](const std::string& d) { flip_byte(d + "/MANIFEST", 30); });
+  refused(resume_momentum(copy), "MANIFEST", "checksum mismatch");
+  damaged_copy(world, good, copy, [&](const std::string& d) {
+    std::ofstream(d + "/MANIFEST", std::ios::binary) << "hpcps-checkpoint 2\n" << manifest_text.substr(manifest_text.find('\n') + 1);
+  });
+  refused(resume_momentum(copy), "MANIFEST", "newer than this hpcps reads");
+  damaged_copy(world, good, copy, [&](const std::string& d) { fs::remove(d + "/MANIFEST"); });
+  refused(resume_momentum(copy), copy, "not a checkpoint");
+  refused(resume_momentum(folder + "/no-such-thing"), "no-such-thing", "no such directory");
+  refused(
+      [&] {
+        using Other = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
+        Other ps(world, Net({12, 17, 4}), hpcps::backend::Cpu(1), options<Other>(servers, good), {}, momentum);
+      },
+      "MANIFEST", "written for the network mlp[12-16-4]-tanh, but this run has mlp[12-17-4]-tanh");
+  refused(
+      [&] { AdamPs ps(world, network(), hpcps::backend::Cpu(1), options<AdamPs>(servers, good), {}, hpcps::optim::Adam(0.01f)); },
+      "MANIFEST", "written for the update rule momentum 0.9");
+  // Nothing of the good checkpoint was touched, and it still resumes.
+  if (world.rank() == 0) CHECK(slurp(manifest) == manifest_text);
+  CHECK_NOTHROW(Ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, good), {}, momentum));
+}
+
+TEST_CASE("a checkpoint folder that cannot be written stops training before it starts", "[checkpoint][robustness]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const int servers = world.size() > 1 ? 1 : 0;
+  Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers), {}, hpcps::optim::MomentumSgd(0.05f));
+  auto t = train_options(1);
+  t.checkpoint = "/proc/hpcps-checkpoints";  // not even root can create it
+  std::size_t clocks_trained = 0;
+  t.after_compute = [&](int, std::size_t, double) { ++clocks_trained; };
+  CHECK_THROWS_WITH(hpcps::ps::train(ps, train_set(), &test_set(), t),
+                    Catch::Contains("ps::train") && Catch::Contains("/proc/hpcps-checkpoints"));
+  CHECK(clocks_trained == 0);
+}
