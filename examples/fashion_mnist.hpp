@@ -55,6 +55,13 @@ struct Config {
   bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
+  std::string checkpoint;            // folder of checkpoints; empty: none
+  std::string checkpoint_every = "1epoch";
+  std::size_t checkpoint_keep = 2;
+  std::string resume;                // checkpoint (or folder of them) to continue from
+  std::string save_model;            // .npz of the trained parameters
+  std::string load_model;            // .npz to evaluate (--evaluate-only)
+  bool evaluate_only = false;
 };
 
 inline float default_lr(const std::string& optimizer) {
@@ -136,6 +143,27 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
+  app.add_option("--checkpoint", cfg.checkpoint,
+                 "Write checkpoints into this folder (--sync bsp; checked for writing before training)");
+  app.add_option("--checkpoint-every", cfg.checkpoint_every,
+                 "Checkpoint interval: N epochs (1, 2epochs), N clocks (500clocks) or a time (90s, 30min, 2h)")
+      ->capture_default_str()->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              hpcps::ps::parse_checkpoint_interval(text);
+            } catch (const hpcps::Error& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "INTERVAL"));
+  app.add_option("--checkpoint-keep", cfg.checkpoint_keep, "Newest checkpoints kept")
+      ->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1000}));
+  app.add_option("--resume", cfg.resume,
+                 "Continue from this checkpoint, or from the newest one in this folder (e.g. the --checkpoint folder)");
+  app.add_option("--save-model", cfg.save_model, "Write the trained parameters to this .npz file (numpy.load reads it)");
+  app.add_option("--load-model", cfg.load_model, "Parameters to evaluate (.npz from --save-model; with --evaluate-only)");
+  app.add_flag("--evaluate-only", cfg.evaluate_only, "Print the test accuracy of --load-model's parameters; no training");
 }
 
 // Parses the command line before MPI starts. A usage error is printed once (by rank 0) and every
@@ -181,6 +209,12 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
   if (cfg.batch > train_samples) {
     return fmt::format("--batch {}: larger than the {} training samples{}", cfg.batch, train_samples,
                        cfg.train_samples ? " (--train-samples)" : "");
+  }
+  if (cfg.evaluate_only != !cfg.load_model.empty()) {
+    return cfg.evaluate_only ? "--evaluate-only needs --load-model FILE" : "--load-model works with --evaluate-only";
+  }
+  if (!cfg.checkpoint.empty() && cfg.sync != "bsp") {
+    return fmt::format("--checkpoint works with --sync bsp only, not --sync {}", cfg.sync);
   }
   if (cfg.slow_worker >= workers) {
     return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
@@ -320,6 +354,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   options.piece_floats = cfg.piece_floats;
   options.overlap = cfg.overlap;
   options.shared_memory = cfg.shared_memory;
+  options.resume = cfg.resume;
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
 
   if (root) {
@@ -331,8 +366,18 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire,
                describe_transport(ps));
     if (cfg.slow_worker >= 0) fmt::print("worker {} is slowed down {}x\n", cfg.slow_worker, cfg.slowdown);
-    fmt::print("{:>5} {:>10} {:>9} {:>10} {:>9} {:>11} {:>8} {:>9} {:>9} {:>9}\n", "epoch", "train_loss", "train_acc",
-               "test_loss", "test_acc", "samples/s", "time_s", "compute", "comm", "wait");
+    if (ps.resumed()) {
+      const auto& m = ps.resumed()->manifest;
+      fmt::print("resumed from {}: clock {}, epoch {}, batch {} of {}\n", ps.resumed()->path, m.clock, m.epoch + 1,
+                 m.batch, m.clocks_per_epoch);
+    }
+    if (!cfg.checkpoint.empty()) {
+      fmt::print("checkpoints into {} {}, newest {} kept\n", cfg.checkpoint,
+                 hpcps::ps::describe(hpcps::ps::parse_checkpoint_interval(cfg.checkpoint_every)), cfg.checkpoint_keep);
+    }
+    fmt::print("{:>5} {:>10} {:>9} {:>10} {:>9} {:>11} {:>8} {:>9} {:>9} {:>9}{}\n", "epoch", "train_loss", "train_acc",
+               "test_loss", "test_acc", "samples/s", "time_s", "compute", "comm", "wait",
+               cfg.checkpoint.empty() ? "" : fmt::format(" {:>7}", "ckpt_s"));
     std::fflush(stdout);
   }
   hpcps::ps::TrainOptions train_options;
@@ -341,17 +386,36 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.seed = cfg.seed;
   train_options.evaluations_per_epoch = cfg.evaluations_per_epoch;
   train_options.evaluate = cfg.evaluate;
+  train_options.checkpoint = cfg.checkpoint;
+  train_options.checkpoint_every = hpcps::ps::parse_checkpoint_interval(cfg.checkpoint_every);
+  train_options.checkpoint_keep = cfg.checkpoint_keep;
+  train_options.stop_on_signals = Sync::aggregates;  // the other strategies end on a signal as before
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
       if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
     };
   }
-  const auto report = hpcps::ps::train(ps, p.data.train, &p.data.test, train_options, [](const hpcps::ps::EpochReport& e) {
-    fmt::print("{:>5} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>11.0f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n", e.epoch,
+  const bool checkpointing = !cfg.checkpoint.empty();
+  const auto report = hpcps::ps::train(ps, p.data.train, &p.data.test, train_options, [checkpointing](const hpcps::ps::EpochReport& e) {
+    fmt::print("{:>5} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>11.0f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}{}\n", e.epoch,
                e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy, e.samples_per_second, e.seconds,
-               e.times.compute, e.times.communicate, e.times.wait);
+               e.times.compute, e.times.communicate, e.times.wait,
+               checkpointing ? fmt::format(" {:>7.2f}", e.checkpoint_seconds) : std::string());
     std::fflush(stdout);
   });
+  if (report.stop_signal != 0) {
+    // Every rank exits with 128 + the signal, as a process the signal ended would; rank 0 says why.
+    if (root) {
+      std::fprintf(stderr, "%s: stopped by signal %d (%s) after clock %llu; %s\n", cfg.program.c_str(),
+                   report.stop_signal, strsignal(report.stop_signal), static_cast<unsigned long long>(report.clocks),
+                   report.last_checkpoint.empty()
+                       ? "no checkpoint (--checkpoint not set)"
+                       : fmt::format("checkpoint {} written; continue with --resume {}", report.last_checkpoint,
+                                     cfg.checkpoint).c_str());
+      std::fflush(stderr);
+    }
+    return 128 + report.stop_signal;
+  }
 
   if (root) {
     fmt::print("final test accuracy {}, {:.0f} samples/s, {:.2f} s training, {:.2f} s wall; "
@@ -359,6 +423,15 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                cfg.evaluate ? fmt::format("{:.4f}", report.test_accuracy) : std::string("not evaluated"),
                report.samples_per_second, report.train_seconds, report.wall_seconds,
                report.server_updates, report.server_wait, report.server_update, report.server_max_staleness);
+    if (!cfg.save_model.empty()) {
+      hpcps::ps::save_model(cfg.save_model, p.network, ps.worker().parameters());
+      fmt::print("model written to {}\n", cfg.save_model);
+    }
+    if (checkpointing) {
+      fmt::print("{} checkpoint(s) of {:.1f} MiB in {:.2f} s; newest {}\n", report.checkpoints,
+                 static_cast<double>(report.checkpoint_bytes) / (1 << 20), report.checkpoint_seconds,
+                 report.last_checkpoint);
+    }
     if (!cfg.report.empty()) {
       hpcps::metrics::JsonWriter json;
       json.begin_object();
@@ -425,10 +498,25 @@ int with_backend(const Problem<Network>& p) {
   return with_optimizer<Backend>(p, hpcps::sync::Synchronous{});
 }
 
+// --evaluate-only: rank 0 loads --load-model's parameters and evaluates them on the test set.
+template <class Network>
+int evaluate_model(const Problem<Network>& p) {
+  if (p.world.rank() != 0) return 0;
+  const auto params = hpcps::ps::load_model(p.cfg.load_model, p.network);
+  const hpcps::backend::Cpu backend(p.cfg.threads);
+  auto workspace = p.network.make_workspace(backend, 256);
+  const auto t = p.network.evaluate(backend, workspace, params.data(), p.data.test.images.data(),
+                                    p.data.test.labels.data(), p.data.test.count);
+  fmt::print("{}: test accuracy {:.4f}, loss {:.4f} on {} samples\n", p.cfg.load_model, t.accuracy(), t.mean_loss(),
+             p.data.test.count);
+  return 0;
+}
+
 // The backend --backend names. A program's CUDA compositions are its run_cuda(const
 // Problem<Network>&), defined in its nvcc-compiled *_cuda.cu where the build has CUDA.
 template <class Network>
 int with_chosen_backend(const Problem<Network>& p) {
+  if (p.cfg.evaluate_only) return evaluate_model(p);
   if (p.cfg.backend == "cuda") {
 #if defined(HPCPS_EXAMPLE_CUDA)
     return run_cuda(p);

@@ -25,3 +25,5 @@
 #include "hpcps/ps/aliases.hpp"
 #include "hpcps/ps/training.hpp"
 #include "hpcps/ps/report_json.hpp"
+#include "hpcps/ps/model_file.hpp"
+#include "hpcps/optim/state_arrays.hpp"

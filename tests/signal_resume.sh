@@ -1,0 +1,47 @@
+#!/bin/sh
+# SIGTERM to mpiexec in the middle of a synchronous run (what Slurm sends at a job's time limit):
+# the job must finish its clock, write a checkpoint, print one line saying so and exit non-zero
+# within 10 s, leaving no rank behind; resumed with --resume, it must end with exactly the test
+# accuracy of the same run left alone.
+#   signal_resume.sh MPIEXEC PROGRAM WORKDIR
+set -u
+mpiexec=$1
+program=$2
+work=$3
+rm -rf "$work" && mkdir -p "$work" || exit 1
+ranks=$(basename "$program" | cut -c1-15)
+common="--servers 1 --epochs 2 --train-samples 30000 --checkpoint-every 100clocks"
+fail() { echo "FAILED: $*"; exit 1; }
+
+"$mpiexec" -iface lo -n 3 "$program" $common --report "$work/whole.json" > "$work/whole.out" 2>&1 ||
+  fail "the uninterrupted run failed: $(cat "$work/whole.out")"
+
+"$mpiexec" -iface lo -n 3 "$program" $common --checkpoint "$work/ckpt" > "$work/stopped.out" 2>&1 &
+job=$!
+# Signal once the first checkpoint is published: training is then well under way.
+tries=0
+until ls -d "$work"/ckpt/ckpt-* > /dev/null 2>&1; do
+  tries=$((tries + 1))
+  [ $tries -gt 600 ] && { kill -KILL $job; fail "no checkpoint within 60 s"; }
+  sleep 0.1
+done
+kill -TERM $job
+signalled=$(date +%s%N)
+wait $job
+rc=$?
+took_ms=$(( ($(date +%s%N) - signalled) / 1000000 ))
+cat "$work/stopped.out"
+[ "$rc" -ne 0 ] || fail "the stopped job exited with 0"
+[ "$took_ms" -le 10000 ] || fail "the job took $took_ms ms to stop"
+[ "$(grep -c 'stopped by signal 15' "$work/stopped.out")" -eq 1 ] || fail "not exactly one 'stopped by signal 15' line"
+grep -q "final test accuracy" "$work/stopped.out" && fail "the run was not stopped early"
+pgrep -x "$ranks" > /dev/null && fail "ranks left behind: $(pgrep -a -x "$ranks")"
+echo "stopped in $took_ms ms with exit code $rc"
+
+"$mpiexec" -iface lo -n 3 "$program" $common --resume "$work/ckpt" --report "$work/resumed.json" > "$work/resumed.out" 2>&1 ||
+  fail "the resumed run failed: $(cat "$work/resumed.out")"
+cat "$work/resumed.out"
+whole=$(grep -o '"test_accuracy": [0-9.]*' "$work/whole.json" | tail -1)
+resumed=$(grep -o '"test_accuracy": [0-9.]*' "$work/resumed.json" | tail -1)
+[ -n "$whole" ] && [ "$whole" = "$resumed" ] || fail "resumed run ends with $resumed, the uninterrupted one with $whole"
+echo "passed: resumed to the uninterrupted run's $whole"
