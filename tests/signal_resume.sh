@@ -5,26 +5,13 @@
 # accuracy of the same run left alone.
 #   signal_resume.sh MPIEXEC PROGRAM WORKDIR
 set -u
-mpiexec=$1
-program=$2
-work=$3
-rm -rf "$work" && mkdir -p "$work" || exit 1
-ranks=$(basename "$program" | cut -c1-15)
-common="--servers 1 --epochs 2 --train-samples 30000 --checkpoint-every 100clocks"
-fail() { echo "FAILED: $*"; exit 1; }
+. "$(dirname "$0")/checkpoint_job.sh"
 
 "$mpiexec" -iface lo -n 3 "$program" $common --report "$work/whole.json" > "$work/whole.out" 2>&1 ||
   fail "the uninterrupted run failed: $(cat "$work/whole.out")"
 
-"$mpiexec" -iface lo -n 3 "$program" $common --checkpoint "$work/ckpt" > "$work/stopped.out" 2>&1 &
-job=$!
-# Signal once the first checkpoint is published: training is then well under way.
-tries=0
-until ls -d "$work"/ckpt/ckpt-* > /dev/null 2>&1; do
-  tries=$((tries + 1))
-  [ $tries -gt 600 ] && { kill -KILL $job; fail "no checkpoint within 60 s"; }
-  sleep 0.1
-done
+start_job "$work/stopped.out"
+pids=$(job_ranks)
 kill -TERM $job
 signalled=$(date +%s%N)
 wait $job
@@ -35,7 +22,8 @@ cat "$work/stopped.out"
 [ "$took_ms" -le 10000 ] || fail "the job took $took_ms ms to stop"
 [ "$(grep -c 'stopped by signal 15' "$work/stopped.out")" -eq 1 ] || fail "not exactly one 'stopped by signal 15' line"
 grep -q "final test accuracy" "$work/stopped.out" && fail "the run was not stopped early"
-pgrep -x "$ranks" > /dev/null && fail "ranks left behind: $(pgrep -a -x "$ranks")"
+[ -n "$pids" ] || fail "no rank process found"
+none_alive $pids
 echo "stopped in $took_ms ms with exit code $rc"
 
 "$mpiexec" -iface lo -n 3 "$program" $common --resume "$work/ckpt" --report "$work/resumed.json" > "$work/resumed.out" 2>&1 ||

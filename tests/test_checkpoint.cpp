@@ -187,7 +187,7 @@ TEST_CASE("a checkpoint resumes on another layout with every shard and state arr
     INFO("written with " << writer << " servers, resumed with " << servers);
     Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, folder), {}, momentum);
     CHECK(whole_state(ps) == saved);
-    CHECK(ps.resumed()->manifest.servers == writer);
+    CHECK(ps.resumed()->manifest.servers == static_cast<std::uint64_t>(writer));
     const auto report = hpcps::ps::train(ps, train_set(), &test_set(), train_options(2));
     if (world.rank() == 0) CHECK(report.epochs.size() == 1);
   }

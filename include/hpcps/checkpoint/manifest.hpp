@@ -51,36 +51,43 @@ struct Manifest {
   std::uint64_t server_updates = 0;  // what schedules and Adam's bias correction count
   std::uint64_t init_seed = 0, shuffle_seed = 0;
   // Layout: shard s of the parameters is shards[s] = [begin, end), in file shard_file(s).
-  int workers = 0;
-  int servers = 0;  // the layout's servers option (0: colocated)
+  std::uint64_t workers = 0;
+  std::uint64_t servers = 0;  // the layout's servers option (0: colocated)
   std::vector<std::pair<std::uint64_t, std::uint64_t>> shards;
   std::vector<FileEntry> files;
 };
 
 inline std::string shard_file(std::size_t s) { return fmt::format("shard-{:05}.bin", s); }
 
+namespace detail {
+
+// The single-valued fields, by key, in the order to_text() writes them.
+struct TextField {
+  const char* key;
+  std::string Manifest::*member;
+};
+struct NumberField {
+  const char* key;
+  std::uint64_t Manifest::*member;
+};
+inline const TextField text_fields[] = {{"network", &Manifest::network},     {"backend", &Manifest::backend},
+                                        {"sync", &Manifest::sync},           {"optimizer", &Manifest::optimizer},
+                                        {"push_wire", &Manifest::push_wire}, {"pull_wire", &Manifest::pull_wire}};
+inline const NumberField number_fields[] = {
+    {"parameters", &Manifest::parameters},       {"clock", &Manifest::clock},
+    {"epoch", &Manifest::epoch},                 {"batch", &Manifest::batch},
+    {"clocks_per_epoch", &Manifest::clocks_per_epoch}, {"global_batch", &Manifest::global_batch},
+    {"train_samples", &Manifest::train_samples}, {"server_updates", &Manifest::server_updates},
+    {"init_seed", &Manifest::init_seed},         {"shuffle_seed", &Manifest::shuffle_seed},
+    {"workers", &Manifest::workers},             {"servers", &Manifest::servers}};
+
+}  // namespace detail
+
 inline std::string to_text(const Manifest& m) {
   std::string t = fmt::format("hpcps-checkpoint {}\n", m.version);
-  const auto field = [&t](const char* key, const auto& value) { t += fmt::format("{} = {}\n", key, value); };
-  field("network", m.network);
-  field("parameters", m.parameters);
-  field("backend", m.backend);
-  field("sync", m.sync);
-  field("optimizer", m.optimizer);
-  field("push_wire", m.push_wire);
-  field("pull_wire", m.pull_wire);
-  for (const auto& a : m.state_arrays) field("state_array", a);
-  field("clock", m.clock);
-  field("epoch", m.epoch);
-  field("batch", m.batch);
-  field("clocks_per_epoch", m.clocks_per_epoch);
-  field("global_batch", m.global_batch);
-  field("train_samples", m.train_samples);
-  field("server_updates", m.server_updates);
-  field("init_seed", m.init_seed);
-  field("shuffle_seed", m.shuffle_seed);
-  field("workers", m.workers);
-  field("servers", m.servers);
+  for (const auto& f : detail::text_fields) t += fmt::format("{} = {}\n", f.key, m.*f.member);
+  for (const auto& a : m.state_arrays) t += fmt::format("state_array = {}\n", a);
+  for (const auto& f : detail::number_fields) t += fmt::format("{} = {}\n", f.key, m.*f.member);
   for (const auto& [b, e] : m.shards) t += fmt::format("shard = {} {}\n", b, e);
   for (const auto& f : m.files) t += fmt::format("file = {} {} {:08x}\n", f.name, f.bytes, f.crc);
   t += fmt::format("crc32 = {:08x}\n", crc32_update(0, t.data(), t.size()));
@@ -106,6 +113,14 @@ inline bool plain_name(std::string_view name) {
 }
 
 }  // namespace detail
+
+template <class Field, std::size_t N>
+const Field* find_field(const Field (&fields)[N], std::string_view key) {
+  for (const auto& f : fields) {
+    if (key == f.key) return &f;
+  }
+  return nullptr;
+}
 
 // `text` was read from `path` (named in every error).
 inline Manifest parse(std::string_view text, const std::string& path) {
@@ -158,26 +173,13 @@ inline Manifest parse(std::string_view text, const std::string& path) {
                               crc, actual));
       }
       sealed = true;
-    } else if (key == "network") m.network = value;
-    else if (key == "parameters") number(m.parameters);
-    else if (key == "backend") m.backend = value;
-    else if (key == "sync") m.sync = value;
-    else if (key == "optimizer") m.optimizer = value;
-    else if (key == "push_wire") m.push_wire = value;
-    else if (key == "pull_wire") m.pull_wire = value;
-    else if (key == "state_array") m.state_arrays.emplace_back(value);
-    else if (key == "clock") number(m.clock);
-    else if (key == "epoch") number(m.epoch);
-    else if (key == "batch") number(m.batch);
-    else if (key == "clocks_per_epoch") number(m.clocks_per_epoch);
-    else if (key == "global_batch") number(m.global_batch);
-    else if (key == "train_samples") number(m.train_samples);
-    else if (key == "server_updates") number(m.server_updates);
-    else if (key == "init_seed") number(m.init_seed);
-    else if (key == "shuffle_seed") number(m.shuffle_seed);
-    else if (key == "workers") number(m.workers);
-    else if (key == "servers") number(m.servers);
-    else if (key == "shard") {
+    } else if (const auto* f = find_field(detail::text_fields, key)) {
+      m.*f->member = value;
+    } else if (const auto* f = find_field(detail::number_fields, key)) {
+      number(m.*f->member);
+    } else if (key == "state_array") {
+      m.state_arrays.emplace_back(value);
+    } else if (key == "shard") {
       const std::size_t sp = value.find(' ');
       std::uint64_t b = 0, e = 0;
       if (sp == std::string_view::npos || !detail::parse_number(value.substr(0, sp), b) ||
@@ -201,7 +203,7 @@ inline Manifest parse(std::string_view text, const std::string& path) {
   }
   if (!sealed) throw bad("no crc32 line: the file is truncated");
   // The shards must tile [0, parameters), each in a file of the right size.
-  if (m.workers < 1 || m.servers < 0) throw bad(fmt::format("{} workers and {} servers is no layout", m.workers, m.servers));
+  if (m.workers < 1) throw bad(fmt::format("{} workers and {} servers is no layout", m.workers, m.servers));
   if (m.shards.empty() || m.files.size() != m.shards.size()) {
     throw bad(fmt::format("{} shards but {} files", m.shards.size(), m.files.size()));
   }

@@ -103,8 +103,8 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
       m.train_samples = at.train_samples;
       m.init_seed = ps.options().seed;
       m.shuffle_seed = at.shuffle_seed;
-      m.workers = layout.workers();
-      m.servers = layout.colocated() ? 0 : layout.servers();
+      m.workers = static_cast<std::uint64_t>(layout.workers());
+      m.servers = layout.colocated() ? 0 : static_cast<std::uint64_t>(layout.servers());
       m.files.resize(static_cast<std::size_t>(layout.servers()));
       for (int s = 0; s < layout.servers(); ++s) {
         const auto r = layout.shard(s);
