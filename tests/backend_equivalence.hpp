@@ -11,6 +11,7 @@
 
 #include "hpcps/backend/cpu.hpp"
 #include "hpcps/data/random.hpp"
+#include "hpcps/nn/layers.hpp"
 #include "hpcps/nn/mlp.hpp"
 #include "hpcps/nn/softmax_regression.hpp"
 
@@ -38,6 +39,21 @@ auto& output_buffer(Workspace& ws) {
   } else {
     return ws.logits;
   }
+}
+
+// Two small CNNs that between them hold every layer, fused pairs included (a convolution with its
+// ReLU, tanh or sigmoid, a ReLU folded into max pooling): the example's network at width 4, and
+// strided convolutions with smooth activations and average pooling.
+using ExampleCnn = hpcps::nn::Sequential<hpcps::nn::Conv2d, hpcps::nn::Relu, hpcps::nn::MaxPool2d, hpcps::nn::Conv2d,
+                                         hpcps::nn::Relu, hpcps::nn::MaxPool2d, hpcps::nn::Flatten, hpcps::nn::Dense,
+                                         hpcps::nn::Relu, hpcps::nn::Dropout, hpcps::nn::Dense>;
+inline ExampleCnn example_cnn() {
+  return ExampleCnn(hpcps::nn::Shape{1, 28, 28}, {{4, 5, 2}, {}, {2}, {8, 5, 2}, {}, {2}, {}, {16}, {}, {0.25f}, {10}});
+}
+using SmoothCnn = hpcps::nn::Sequential<hpcps::nn::Conv2d, hpcps::nn::Tanh, hpcps::nn::AvgPool2d, hpcps::nn::Conv2d,
+                                        hpcps::nn::Sigmoid, hpcps::nn::Flatten, hpcps::nn::Dense>;
+inline SmoothCnn smooth_cnn() {
+  return SmoothCnn(hpcps::nn::Shape{2, 13, 13}, {{3, 3, 1, 2}, {}, {2}, {5, 3, 1}, {}, {}, {6}});
 }
 
 // Runs gradient() and evaluate() of `net` on backend B and on backend::Cpu with the same

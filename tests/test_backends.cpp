@@ -51,6 +51,19 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu", "[backend]", hpcps::backe
       CHECK(s.gradient < 1e-5);
       CHECK(s.loss < 1e-5);
     }
+    SECTION("convolutional networks, every layer") {
+      for (std::size_t batch : {1u, 9u}) {
+        INFO("batch " << batch);
+        for (const auto& d : {hpcps_test::compare_with_cpu(hpcps_test::example_cnn(), backend, batch, seed + batch),
+                              hpcps_test::compare_with_cpu(hpcps_test::smooth_cnn(), backend, batch, seed + batch)}) {
+          CHECK(d.forward < 1e-5);
+          CHECK(d.loss < 1e-5);
+          CHECK(d.evaluation < 1e-5);
+          CHECK(d.gradient < 1e-5);
+          CHECK(d.correct_backend == d.correct_reference);
+        }
+      }
+    }
     SECTION("softmax regression") {
       const auto d = hpcps_test::compare_with_cpu(hpcps::nn::SoftmaxRegression(50, 10), backend, 32, seed);
       CHECK(d.forward < 1e-5);

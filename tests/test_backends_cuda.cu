@@ -58,6 +58,10 @@ int main() {
   }
   check("mlp tanh 20-30-5", hpcps::nn::Mlp<hpcps::nn::Tanh>({20, 30, 5}), backend, 16, seed);
   check("mlp sigmoid 20-30-5", hpcps::nn::Mlp<hpcps::nn::Sigmoid>({20, 30, 5}), backend, 16, seed);
+  for (std::size_t batch : {1u, 7u, 64u}) {
+    check("cnn: the example's at width 4", hpcps_test::example_cnn(), backend, batch, seed + batch);
+    check("cnn: strided, tanh, sigmoid, average pooling", hpcps_test::smooth_cnn(), backend, batch, seed + batch);
+  }
   check("softmax regression 50-10", hpcps::nn::SoftmaxRegression(50, 10), backend, 32, seed);
   std::printf("%s\n", failures == 0 ? "all CUDA equivalence checks passed" : "CUDA equivalence checks FAILED");
   return failures == 0 ? 0 : 1;

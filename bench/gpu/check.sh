@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run on the GPU machine (one command; see prepare.sh for what to carry): builds hpcps with nvcc
 # for sm_90, then
-#   1. the CUDA backend's equivalence test (test_backends_cuda) and the host backend tests,
-#   2. the Fashion-MNIST example with --backend cuda under mpiexec (1 and 3 workers, 1 server),
-#      and the same with --backend cpu for comparison,
+#   1. the CUDA backend's equivalence test (test_backends_cuda: the MLPs, and two CNNs holding every
+#      layer kernel) and the host backend tests,
+#   2. the Fashion-MNIST examples with --backend cuda under mpiexec: the MLP (1 and 3 workers,
+#      1 server) and the CNN (2 workers, 1 server, 2 epochs), each also with --backend cpu,
 #   3. bench/backend_throughput_cuda: gradient throughput CPU vs CUDA on 784-256-128-10 and
 #      784-4096-4096-10, median of 5 with the range, JSON.
 # Logs and JSON go to $OUT (the device tool's output folder) or to gpu-results/.
@@ -53,6 +54,12 @@ for spec in "2 cuda" "4 cuda" "2 cpu" "4 cpu"; do
   set -- $spec
   "$mpiexec" -n "$1" ./build-gpu/examples/fashion_mnist_mlp --data "$data" --backend "$2" --epochs 5 \
     --report "$out/fashion_${2}_n$1.json" | tail -3
+done
+
+for spec in "cuda 1" "cpu 7"; do
+  set -- $spec
+  "$mpiexec" -n 3 ./build-gpu/examples/fashion_mnist_cnn --data "$data" --backend "$1" --threads "$2" --epochs 2 \
+    --report "$out/fashion_cnn_${1}_n3.json" | tail -3
 done
 
 step "3. throughput: CPU vs CUDA backend"

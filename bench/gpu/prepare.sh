@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run HERE (Debian 12, online) before using the GPU machine: packs what check.sh needs there and
-# that machine lacks (it has nvcc, CMake and ninja, but no MPICH, fmt, OpenBLAS, Eigen, CLI11,
+# that machine lacks (it has nvcc, CMake and ninja, but no MPICH, fmt, OpenBLAS, oneDNN, Eigen, CLI11,
 # Catch2 or the data set) into .gpu-carry/ (git-ignored), under 64 MiB:
 #   .gpu-carry/deps.tar.xz  the Debian packages' files, unpacked, without static libraries or docs
 #   .gpu-carry/data/        the Fashion-MNIST files
@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PACKAGES=(mpich libmpich-dev libmpich12 libucx0 libhwloc15 libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200
   libnuma1 libslurm38 libgfortran5 libfmt9 libfmt-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev
-  libopenblas-dev libeigen3-dev libcli11-dev catch2 libltdl7)
+  libopenblas-dev libeigen3-dev libcli11-dev catch2 libltdl7 libdnnl2 libdnnl-dev ocl-icd-libopencl1 zlib1g-dev)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$work" && apt-get download "${PACKAGES[@]}" >/dev/null)
