@@ -36,12 +36,21 @@ const hpcps::data::Dataset& test_set() {
 }
 Net network() { return Net({12, 16, 4}); }
 
-// A folder shared by every rank, fresh for each use.
+// A folder shared by every rank of this job, fresh for each use: named by rank 0's process id,
+// so that the runs of this program at other rank counts, which ctest starts side by side, never
+// write into or remove each other's checkpoints.
 std::string fresh_folder(const hpcps::comm::Communicator& world, const std::string& name) {
-  const std::string path = (fs::temp_directory_path() / ("hpcps-test-" + name)).string();
+  int job = static_cast<int>(::getpid());
+  world.broadcast(&job, 1, 0);
+  const std::string path = (fs::temp_directory_path() / ("hpcps-test-" + std::to_string(job)) / name).string();
   if (world.rank() == 0) fs::remove_all(path);
   world.barrier();
   return path;
+}
+// Collective: removes this job's folders once every rank is done with them.
+void remove_folders(const hpcps::comm::Communicator& world) {
+  const auto job = fs::path(fresh_folder(world, "done")).parent_path();
+  if (world.rank() == 0) fs::remove_all(job);
 }
 
 template <class Server>
@@ -117,6 +126,7 @@ TEST_CASE("a run resumed at an epoch boundary ends with the bits of the uninterr
     const Outcome adam_resumed = run<AdamPs>(world, servers, train_options(2), adam, adam_folder);
     if (world.rank() == 0) CHECK(adam_resumed.parameters == adam_whole.parameters);
   }
+  remove_folders(world);
 }
 
 TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the same bits", "[checkpoint][signals]") {
@@ -153,6 +163,7 @@ TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the sam
     // The newest two are kept.
     if (world.rank() == 0) CHECK(hpcps::checkpoint::published(folder).size() == 2);
   }
+  remove_folders(world);
 }
 
 TEST_CASE("a checkpoint resumes on another layout with every shard and state array in place", "[checkpoint][layout]") {
@@ -191,6 +202,7 @@ TEST_CASE("a checkpoint resumes on another layout with every shard and state arr
     const auto report = hpcps::ps::train(ps, train_set(), &test_set(), train_options(2));
     if (world.rank() == 0) CHECK(report.epochs.size() == 1);
   }
+  remove_folders(world);
 }
 
 namespace {
@@ -286,6 +298,7 @@ TEST_CASE("bad checkpoints are refused on every rank with the file and the reaso
   // Nothing of the good checkpoint was touched, and it still resumes.
   if (world.rank() == 0) CHECK(slurp(manifest) == manifest_text);
   CHECK_NOTHROW(Ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, good), {}, momentum));
+  remove_folders(world);
 }
 
 TEST_CASE("a checkpoint folder that cannot be written stops training before it starts", "[checkpoint][robustness]") {

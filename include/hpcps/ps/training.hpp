@@ -157,8 +157,6 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   const comm::Communicator& world = ps.world();
   const Layout& layout = ps.layout();
   const int workers = layout.workers();
-  // Every rank takes part in the split; workers then agree among themselves without the servers.
-  const comm::Communicator team = world.split(ps.is_worker() ? 0 : 1, world.rank());
   TrainingReport report;
   report.workers = workers;
   report.servers = layout.servers();
@@ -206,6 +204,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                       writes ? checkpoint::writable_problem(options.checkpoint, report.checkpoint_bytes) : std::string(),
                       "ps::train", fmt::format("another rank cannot write checkpoints into {}", options.checkpoint));
   }
+  // Every rank takes part in the split; workers then agree among themselves without the servers.
+  // After the checks above: a communicator left behind by their exception would never be freed.
+  const comm::Communicator team = world.split(ps.is_worker() ? 0 : 1, world.rank());
   std::optional<RunControl<Server>> control;
   if (controlled) {
     control.emplace(ps, typename RunControl<Server>::Settings{options.checkpoint, options.checkpoint_every,
