@@ -8,7 +8,11 @@ work=$3
 rm -rf "$work" && mkdir -p "$work" || exit 1
 ranks=$(basename "$program" | cut -c1-15)  # the rank processes' name, as pgrep -x sees it
 common="--servers 1 --epochs 2 --train-samples 30000 --checkpoint-every 100clocks"
-fail() { echo "FAILED: $*"; exit 1; }
+fail() {
+  echo "FAILED: $*"
+  [ -n "${job:-}" ] && kill -KILL "$job" 2> /dev/null
+  exit 1
+}
 
 # start_job OUTPUT
 start_job() {
@@ -32,4 +36,18 @@ none_alive() {
     kill -0 "$pid" 2> /dev/null && fail "rank process $pid left behind"
   done
   return 0
+}
+
+# After the job was signalled: waits for it, prints OUTPUT, and fails unless it ended non-zero
+# within 10 s leaving none of the rank processes $pids alive. Sets rc and took_ms.
+# end_of_job OUTPUT
+end_of_job() {
+  signalled=$(date +%s%N)
+  wait $job
+  rc=$?
+  took_ms=$(( ($(date +%s%N) - signalled) / 1000000 ))
+  cat "$1"
+  [ "$rc" -ne 0 ] || fail "the job exited with 0"
+  [ "$took_ms" -le 10000 ] || fail "the job took $took_ms ms to end"
+  none_alive $pids
 }
