@@ -67,7 +67,11 @@ inline void write_npz(const std::string& path, const std::vector<NpzArray>& arra
                        detail::npy(fmt::format("<U{}", std::max<std::size_t>(1, text.size())), {}, text.data(),
                                    text.size() * 4));
   std::string zip, central;
-  for (const auto& [name, data] : entries) {
+  for (const auto& entry : entries) {
+    // Named references, not a structured binding: a lambda below captures them, which C++17
+    // allows only for variables (nvcc warns, C++20 made it legal).
+    const std::string& name = entry.first;
+    const std::string& data = entry.second;
     if (data.size() >= 0xffffffffu || zip.size() >= 0xffffffffu) {
       throw Error(fmt::format("{}: more than 4 GiB; this writer makes no ZIP64 archives", path));
     }
