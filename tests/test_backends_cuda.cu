@@ -1,5 +1,7 @@
 // backend::ThrustCuda against backend::Cpu: forward pass, loss, accuracy and gradients to within
-// 1e-5 relative on random data (fresh seed; HPCPS_TEST_SEED replays one). Built by nvcc. Without a
+// 1e-4 relative on random data (fresh seed; HPCPS_TEST_SEED replays one). Not 1e-5: cuBLAS sums in
+// another order than OpenBLAS, and CpuEigen against Cpu, the same comparison with another order on
+// the CPU, exceeded 1e-5 in 43 of 200 seeds (worst 1.8e-5). Built by nvcc. Without a
 // usable CUDA device it says so and exits 77, which ctest reports as skipped.
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,7 @@ static_assert(!hpcps::backend::ThrustCuda::host_accessible);
 namespace {
 
 int failures = 0;
+constexpr double relative_bound = 1e-4;
 
 void expect_small(const char* what, double value, double bound) {
   const bool ok = value < bound;
@@ -27,10 +30,10 @@ void check(const char* name, const Network& net, const hpcps::backend::ThrustCud
            std::uint64_t seed) {
   const auto d = hpcps_test::compare_with_cpu(net, backend, batch, seed);
   std::printf("-- %s, batch %zu\n", name, batch);
-  expect_small("  outputs (logits), largest relative difference", d.forward, 1e-5);
-  expect_small("  loss, relative difference", d.loss, 1e-5);
-  expect_small("  evaluation loss, relative difference", d.evaluation, 1e-5);
-  expect_small("  gradient, largest relative difference", d.gradient, 1e-5);
+  expect_small("  outputs (logits), largest relative difference", d.forward, relative_bound);
+  expect_small("  loss, relative difference", d.loss, relative_bound);
+  expect_small("  evaluation loss, relative difference", d.evaluation, relative_bound);
+  expect_small("  gradient, largest relative difference", d.gradient, relative_bound);
   if (d.correct_backend != d.correct_reference) {
     std::printf("  correct predictions differ: %zu vs %zu FAILED\n", d.correct_backend, d.correct_reference);
     ++failures;

@@ -4,7 +4,8 @@
 #   1. the CUDA backend's equivalence test (test_backends_cuda: the MLPs, and two CNNs holding every
 #      layer kernel) and the host backend tests,
 #   2. the Fashion-MNIST examples with --backend cuda under mpiexec: the MLP (1 and 3 workers,
-#      1 server) and the CNN (2 workers, 1 server, 2 epochs), each also with --backend cpu,
+#      1 server, 2 epochs) and the CNN (2 workers, 1 server, 1 epoch of 20,000 samples), each also
+#      with --backend cpu,
 #   3. bench/backend_throughput_cuda: gradient throughput CPU vs CUDA on 784-256-128-10 and
 #      784-4096-4096-10, median of 5 with the range, JSON.
 # Logs and JSON go to $OUT (the device tool's output folder) or to gpu-results/.
@@ -39,29 +40,39 @@ else
   mpiexec=mpiexec
   data=${HPCPS_DATA:-/usr/share/datasets/fashion-mnist}
 fi
-export UCX_NET_DEVICES=lo MPIEXEC_TIMEOUT=300 OMP_NUM_THREADS=1
+export UCX_NET_DEVICES=lo MPIEXEC_TIMEOUT=120 OMP_NUM_THREADS=1
+# Every run has its own limit, so the whole script fits a lent machine's few minutes (about 8 at
+# most after the build; a hung run costs its limit, not the session).
+limited() {
+  local limit=$1; shift
+  timeout --signal=KILL "$limit" "$@"
+  local rc=$?
+  [ "$rc" -eq 137 ] && echo "TIMED OUT after ${limit} s: $*"
+  return "$rc"
+}
 
-step "configure and build (nvcc, sm_90 + PTX)"
+step "configure and build (nvcc, sm_90 + PTX): the targets below only"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHPCPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="90-real;90-virtual" \
-  -DHPCPS_INSTALL=OFF "${mpi_args[@]}" && cmake --build build-gpu -j16 || { echo "BUILD FAILED"; exit 1; }
+  -DHPCPS_INSTALL=OFF -DHPCPS_MPIEXEC="$(command -v "$mpiexec")" "${mpi_args[@]}" &&
+  cmake --build build-gpu -j16 --target test_backends_cuda test_backends fashion_mnist_mlp fashion_mnist_cnn \
+    backend_throughput_cuda || { echo "BUILD FAILED"; exit 1; }
 
 step "1. equivalence: CUDA backend against the CPU backend"
-./build-gpu/tests/test_backends_cuda | tee "$out/equivalence_cuda.txt"
-./build-gpu/tests/test_backends > "$out/test_backends_host.txt" 2>&1; echo "host backends test exit $?"
+limited 90 ./build-gpu/tests/test_backends_cuda | tee "$out/equivalence_cuda.txt"
+limited 60 ./build-gpu/tests/test_backends > "$out/test_backends_host.txt" 2>&1; echo "host backends test exit $?"
 
 step "2. Fashion-MNIST under mpiexec, CUDA and CPU backends"
 for spec in "2 cuda" "4 cuda" "2 cpu" "4 cpu"; do
   set -- $spec
-  "$mpiexec" -n "$1" ./build-gpu/examples/fashion_mnist_mlp --data "$data" --backend "$2" --epochs 5 \
-    --report "$out/fashion_${2}_n$1.json" | tail -3
+  limited 45 "$mpiexec" -iface lo -n "$1" ./build-gpu/examples/fashion_mnist_mlp --data "$data" --backend "$2" \
+    --servers 1 --epochs 2 --report "$out/fashion_${2}_n$1.json" | tail -3
 done
-
 for spec in "cuda 1" "cpu 7"; do
   set -- $spec
-  "$mpiexec" -n 3 ./build-gpu/examples/fashion_mnist_cnn --data "$data" --backend "$1" --threads "$2" --epochs 2 \
-    --report "$out/fashion_cnn_${1}_n3.json" | tail -3
+  limited 90 "$mpiexec" -iface lo -n 3 ./build-gpu/examples/fashion_mnist_cnn --data "$data" --backend "$1" \
+    --threads "$2" --servers 1 --epochs 1 --train-samples 20000 --report "$out/fashion_cnn_${1}_n3.json" | tail -3
 done
 
 step "3. throughput: CPU vs CUDA backend"
-./build-gpu/bench/backend_throughput_cuda --repeats 5 --cpu-threads 16 > "$out/backend_throughput_cuda.json"
+limited 90 ./build-gpu/bench/backend_throughput_cuda --repeats 5 --cpu-threads 16 > "$out/backend_throughput_cuda.json"
 echo "done; results in $out"
