@@ -4,6 +4,7 @@
 // fashion_mnist_cnn.cpp each add their network's options and build it; the *_cuda.cu sources hold
 // the Thrust CUDA compositions, compiled by nvcc.
 #include <hpcps/hpcps.hpp>
+#include <hpcps/ps/agreed_verdict.hpp>
 #if defined(HPCPS_EXAMPLE_THRUST)
 #include <hpcps/backend/thrust.hpp>
 #endif
@@ -510,6 +511,13 @@ int evaluate_model(const Problem<Network>& p) {
   fmt::print("{}: test accuracy {:.4f}, loss {:.4f} on {} samples\n", p.cfg.load_model, t.accuracy(), t.mean_loss(),
              p.data.test.count);
   return 0;
+}
+
+// --backend cuda: every rank checks its own device, and all stop alike with one line if any
+// lacks one (a node without a GPU must not leave the others waiting in a collective).
+inline void require_cuda_device(const hpcps::comm::Communicator& world, bool available) {
+  hpcps::ps::throw_if_any_rank(world, available ? "" : fmt::format("rank {} has no usable CUDA device", world.rank()),
+                               "--backend cuda", "another rank has no usable CUDA device");
 }
 
 // The backend --backend names. A program's CUDA compositions are its run_cuda(const

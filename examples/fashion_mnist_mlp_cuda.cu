@@ -6,9 +6,7 @@
 namespace fashion_mnist {
 
 int run_cuda(const Problem<hpcps::nn::Mlp<hpcps::nn::Relu>>& p) {
-  if (!hpcps::backend::detail::cuda_device_available()) {
-    throw hpcps::Error("--backend cuda: no usable CUDA device on this machine");
-  }
+  require_cuda_device(p.world, hpcps::backend::detail::cuda_device_available());
   return with_backend<hpcps::backend::ThrustCuda>(p);
 }
 
