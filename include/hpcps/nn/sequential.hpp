@@ -41,6 +41,19 @@ struct layer_for<L, true> {
   using type = ActivationLayer<L>;
 };
 
+// Fusion (docs/layers.md#fusion): layer L applies the activation layer Next after it in its own
+// forward pass, one sweep over the output instead of two (oneDNN's post-op in a convolution)...
+template <class L, class Next, class B>
+struct applies_next : std::false_type {};
+template <class L, class Act, class B>
+struct applies_next<L, ActivationLayer<Act>, B> : has_forward_activated<L, B, Act> {};
+// ...and layer L runs the backward pass of the activation layer Prev before it (a max pooling
+// scales the few gradients it routes, instead of a pass over the whole activation).
+template <class Prev, class L, class B>
+struct runs_previous : std::false_type {};
+template <class Act, class L, class B>
+struct runs_previous<ActivationLayer<Act>, L, B> : has_backward_through<L, B, Act> {};
+
 }  // namespace detail
 
 template <class L>
@@ -211,27 +224,20 @@ class Sequential {
     }
   }
 
-  // Fusion (docs/layers.md#fusion): layer I applies the activation layer after it in its own
-  // forward pass, one sweep over the output instead of two (oneDNN's post-op in a convolution).
+  // Layer I applies the activation layer I + 1 in its forward pass (detail::applies_next).
   template <class B, std::size_t I>
   static constexpr bool fused_forward() {
     if constexpr (I + 1 < layer_count) {
-      using Next = layer_type<I + 1>;
-      if constexpr (is_activation_layer_v<Next>) {
-        return detail::has_forward_activated<layer_type<I>, B, typename Next::activation_type>::value;
-      } else {
-        return false;
-      }
+      return detail::applies_next<layer_type<I>, layer_type<I + 1>, B>::value;
     } else {
       return false;
     }
   }
-  // Activation layer I's backward pass runs inside layer I + 1's (a max pooling scales the few
-  // gradients it routes, instead of a pass over the whole activation).
+  // Layer I runs the backward pass of the activation layer I - 1 (detail::runs_previous).
   template <class B, std::size_t I>
-  static constexpr bool folded_backward() {
-    if constexpr (I + 1 < layer_count && is_activation_layer_v<layer_type<I>>) {
-      return detail::has_backward_through<layer_type<I + 1>, B, typename layer_type<I>::activation_type>::value;
+  static constexpr bool folds_previous() {
+    if constexpr (I > 0 && I < layer_count) {
+      return detail::runs_previous<layer_type<I - 1>, layer_type<I>, B>::value;
     } else {
       return false;
     }
@@ -271,22 +277,17 @@ class Sequential {
   void backward_layer(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
                       float* grad, float*& delta, Ready& ready) const {
     if (I < first_trainable_) return;
-    if constexpr (folded_backward<B, I>()) return;  // layer I + 1 ran it
+    if constexpr (folds_previous<B, I + 1>()) return;  // layer I + 1 ran it
     const auto& layer = std::get<I>(layers_);
     float* dx = nullptr;
     if (I != first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     // A layer fused with the activation after it never stored its own output.
     const float* y = fused_forward<B, I>() ? nullptr : B::data(ws.activations[I]);
-    bool through = false;
-    if constexpr (I > 0) {
-      if constexpr (folded_backward<B, I - 1>()) {
-        layer.template backward_through<typename layer_type<I - 1>::activation_type>(
-            backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx, grad + offsets_[I]);
-        through = true;
-      }
-    }
-    if (!through) {
+    if constexpr (folds_previous<B, I>()) {
+      layer.template backward_through<typename layer_type<I - 1>::activation_type>(
+          backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx, grad + offsets_[I]);
+    } else {
       layer.backward(backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx,
                      grad + offsets_[I]);
     }

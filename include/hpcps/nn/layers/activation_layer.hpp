@@ -2,7 +2,6 @@
 // An activation policy (nn::Relu, Tanh, Sigmoid, Identity) as a layer of its own. nn::Sequential
 // wraps a policy in it automatically, so users write nn::Relu in a layer list.
 #include <cstddef>
-#include <type_traits>
 
 #include "hpcps/nn/activation.hpp"
 #include "hpcps/nn/layers/stateless.hpp"
@@ -35,12 +34,5 @@ class ActivationLayer : public StatelessLayer {
  private:
   Shape shape_;
 };
-
-template <class L>
-struct is_activation_layer : std::false_type {};
-template <class Act>
-struct is_activation_layer<ActivationLayer<Act>> : std::true_type {};
-template <class L>
-inline constexpr bool is_activation_layer_v = is_activation_layer<L>::value;
 
 }  // namespace hpcps::nn
