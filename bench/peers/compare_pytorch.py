@@ -86,6 +86,25 @@ def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def bars_with_range(ax, xs, stats, width, label, color):
+    """One bar per {median, min, max} in stats, at xs, with the min-max range as its error bar."""
+    med = [x["median"] for x in stats]
+    err = [[m - x["min"] for m, x in zip(med, stats)], [x["max"] - m for m, x in zip(med, stats)]]
+    ax.bar(xs, med, width, yerr=err, capsize=3, label=label, color=color)
+
+
+def finish_thread_plot(fig, ax, results, title, ymax, path):
+    """Labels a bar plot of one group per thread count and writes it to path."""
+    ax.set_xticks(range(len(results)))
+    ax.set_xticklabels([f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}" for r in results])
+    ax.set_ylabel("training samples/s (median, min-max)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylim(0, ymax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -98,24 +117,16 @@ def plot(results, path):
     width = 0.2
     for i, (label, key, color) in enumerate(series):
         xs = [j + (i - 1.5) * width for j in range(len(results))]
-        med = [r[key]["median"] for r in results]
-        err = [[m - r[key]["min"] for m, r in zip(med, results)], [r[key]["max"] - m for m, r in zip(med, results)]]
-        ax.bar(xs, med, width, yerr=err, capsize=3, label=label, color=color)
+        bars_with_range(ax, xs, [r[key] for r in results], width, label, color)
         if key.startswith("hpcps"):
             frac = "hpcps_ceiling_fraction" if key == "hpcps_samples_per_second" else "hpcps_ps_ceiling_fraction"
             ratio = "ratio" if key == "hpcps_samples_per_second" else "ratio_ps"
             for x, r in zip(xs, results):
                 ax.annotate(f"{r[ratio]['median']:.2f}x\n{100 * r[frac]['median']:.0f}%", (x, r[key]["max"]),
                             ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(results)))
-    ax.set_xticklabels([f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}" for r in results])
-    ax.set_ylabel("training samples/s (median, min-max)")
-    ax.set_title("784-256-128-10, batch 128, SGD momentum: hpcps vs PyTorch\n"
-                 "labels: ratio to PyTorch, fraction of the GEMM-bound ceiling")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_ylim(0, 1.2 * max(r["ceiling_samples_per_second"]["max"] for r in results))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    finish_thread_plot(fig, ax, results, "784-256-128-10, batch 128, SGD momentum: hpcps vs PyTorch\n"
+                       "labels: ratio to PyTorch, fraction of the GEMM-bound ceiling",
+                       1.2 * max(r["ceiling_samples_per_second"]["max"] for r in results), path)
 
 
 def main():

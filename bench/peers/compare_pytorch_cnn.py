@@ -34,7 +34,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare_pytorch import run_epochs, summary, thread_env  # noqa: E402  (one way to run and summarise)
+# One way to run, summarise and plot.
+from compare_pytorch import bars_with_range, finish_thread_plot, run_epochs, summary, thread_env  # noqa: E402
 
 COMPUTE_LAYERS = ("conv1", "conv2", "dense1", "dense2")
 
@@ -80,24 +81,15 @@ def plot(results, peers, path, width):
     bar = 0.8 / len(series)
     for i, (label, key, color) in enumerate(series):
         xs = [j + (i - (len(series) - 1) / 2) * bar for j in range(len(results))]
-        s = [r["samples_per_second"][key] for r in results]
-        med = [x["median"] for x in s]
-        err = [[m - x["min"] for m, x in zip(med, s)], [x["max"] - m for m, x in zip(med, s)]]
-        ax.bar(xs, med, bar, yerr=err, capsize=3, label=label, color=color)
+        bars_with_range(ax, xs, [r["samples_per_second"][key] for r in results], bar, label, color)
         if key == "hpcps":
             for x, r in zip(xs, results):
                 ax.annotate(f"{r['ratio_to_faster_pytorch']['median']:.2f}x\n"
                             f"{100 * r['ceiling_fraction']['median']:.0f}%",
                             (x, r["samples_per_second"]["hpcps"]["max"]), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(results)))
-    ax.set_xticklabels([f"{r['threads']} thread{'s' if r['threads'] > 1 else ''}" for r in results])
-    ax.set_ylabel("training samples/s (median, min-max)")
-    ax.set_title(f"CNN (width {width}), batch 128, SGD momentum: hpcps vs PyTorch\n"
-                 "labels: ratio to the faster PyTorch, fraction of the compute-bound ceiling")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_ylim(0, 1.25 * max(r["samples_per_second"]["ceiling"]["max"] for r in results))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    finish_thread_plot(fig, ax, results, f"CNN (width {width}), batch 128, SGD momentum: hpcps vs PyTorch\n"
+                       "labels: ratio to the faster PyTorch, fraction of the compute-bound ceiling",
+                       1.25 * max(r["samples_per_second"]["ceiling"]["max"] for r in results), path)
 
 
 def main():
