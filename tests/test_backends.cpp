@@ -1,11 +1,12 @@
 // Every host backend computes what backend::Cpu computes: outputs (logits), loss, accuracy and
-// gradients to within 1e-5 relative, on random data from a fresh seed each run (set
-// HPCPS_TEST_SEED to replay one; the seed is printed with any failure).
+// gradients to within 1e-5 relative (a convolution's weight gradients 5e-5), on random data from a
+// fresh seed each run (set HPCPS_TEST_SEED to replay one; the seed is printed with any failure).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend_equivalence.hpp"
@@ -51,15 +52,20 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu", "[backend]", hpcps::backe
       CHECK(s.gradient < 1e-5);
       CHECK(s.loss < 1e-5);
     }
+    // A convolution's weight gradient sums batch x 784 products in another order on each
+    // backend: over 1,500 seeds the largest difference was 1.0e-5 (ExampleCnn, batch 9), so the
+    // bound on it is 5e-5. Data near a ReLU or max-pooling kink are redrawn (near_kink).
+    // The second case replays a CI failure: its first draw has a max-pooling tie on this machine.
     SECTION("convolutional networks, every layer") {
-      for (std::size_t batch : {1u, 9u}) {
-        INFO("batch " << batch);
-        for (const auto& d : {hpcps_test::compare_with_cpu(hpcps_test::example_cnn(), backend, batch, seed + batch),
-                              hpcps_test::compare_with_cpu(hpcps_test::smooth_cnn(), backend, batch, seed + batch)}) {
+      for (const auto& [batch, draw] : {std::pair{1u, seed + 1}, std::pair{9u, seed + 9},
+                                        std::pair{1u, std::uint64_t{16047766839016271263u}}}) {
+        INFO("batch " << batch << ", data from seed " << draw);
+        for (const auto& d : {hpcps_test::compare_with_cpu(hpcps_test::example_cnn(), backend, batch, draw),
+                              hpcps_test::compare_with_cpu(hpcps_test::smooth_cnn(), backend, batch, draw)}) {
           CHECK(d.forward < 1e-5);
           CHECK(d.loss < 1e-5);
           CHECK(d.evaluation < 1e-5);
-          CHECK(d.gradient < 1e-5);
+          CHECK(d.gradient < 5e-5);
           CHECK(d.correct_backend == d.correct_reference);
         }
       }
