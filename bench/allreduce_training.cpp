@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     const auto data = hpcps::data::load_fashion_mnist();
     const hpcps::nn::Mlp<hpcps::nn::Relu> net({784, 256, 128, 10});
     const hpcps::backend::Cpu backend(1);
-    const std::size_t clocks = hpcps::ps::clocks_per_epoch(data.train.count, global_batch, workers);
+    const std::size_t clocks = hpcps::ps::clocks_per_epoch(data.train.count, global_batch);
     const hpcps::optim::MomentumSgd sgd(hpcps::optim::Schedule::cosine(lr, epochs * clocks), 0.0f,
                                         hpcps::optim::MomentumUpdate(0.9f));
     std::vector<float> params(net.parameter_count()), grad(net.parameter_count() + 1);  // + the sample count
@@ -38,10 +38,8 @@ int main(int argc, char** argv) {
     auto state = sgd.make_state(params.size());
     const std::size_t batch = hpcps::ps::worker_batch(global_batch, w, workers);
     auto ws = net.make_workspace(backend, batch);
-    hpcps::data::Batcher batcher(data.train,
-                                 hpcps::data::shard_range(data.train.count, static_cast<std::size_t>(w),
-                                                          static_cast<std::size_t>(workers)),
-                                 batch, 1 * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(w));
+    // The parameter server's data order (ps::train): one shuffle of the whole set, each rank its part.
+    hpcps::data::Batcher batcher(data.train, {0, data.train.count}, global_batch, hpcps::ps::data_order_seed(1));
     double train_seconds = 0.0, allreduce_seconds = 0.0;
     std::size_t step = 0;
     double accuracy = 0.0;
@@ -51,8 +49,9 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       for (std::size_t c = 0; c < clocks; ++c) {
         float& count = grad.back();
-        if (c < batcher.batches_per_epoch()) {
-          const auto view = batcher.batch(c);
+        const auto mine = hpcps::ps::worker_part(batcher.batch_count(c), w, workers);
+        if (mine.size() > 0) {
+          const auto view = batcher.part(c, mine);
           net.gradient(backend, ws, params.data(), view.inputs, view.labels, view.count, grad.data());
           count = static_cast<float>(view.count);
         } else {

@@ -55,14 +55,9 @@ def shard_size(total, part, parts):
     return total // parts + (1 if part < total % parts else 0)
 
 
-def clocks_per_epoch(samples, global_batch, workers):
-    """ps::clocks_per_epoch: enough clocks for the worker with the most batches."""
-    clocks = 0
-    for w in range(workers):
-        batch = shard_size(global_batch, w, workers)
-        if batch > 0:
-            clocks = max(clocks, -(-shard_size(samples, w, workers) // batch))
-    return clocks
+def clocks_per_epoch(samples, global_batch):
+    """ps::clocks_per_epoch: one clock per global batch, the last one short."""
+    return -(-samples // global_batch)
 
 
 def summarize(values):
@@ -150,7 +145,7 @@ def run_once(args, model, layout, workers, servers, batch, report_path):
         raise SystemExit(f"report has {report['workers']} workers / {report['servers']} servers, expected "
                          f"{workers} / {servers}: {' '.join(cmd)}")
     samples = report["config"].get("train_samples", model.samples or 60000)
-    per_epoch = clocks_per_epoch(samples, batch, workers)
+    per_epoch = clocks_per_epoch(samples, batch)
     # Warm-up epochs (--warmup-epochs) are left out of the worker figures; the server figures are
     # totals over the run, so they are always divided by all its clocks.
     epochs = report["epochs"][args.warmup_epochs:]

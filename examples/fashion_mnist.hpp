@@ -471,7 +471,7 @@ template <class Network>
 hpcps::optim::Schedule make_schedule(const Problem<Network>& p, bool aggregates) {
   const Config& cfg = p.cfg;
   const std::size_t per_clock = aggregates ? 1 : static_cast<std::size_t>(p.workers);
-  const std::size_t steps = cfg.epochs * hpcps::ps::clocks_per_epoch(p.data.train.count, cfg.batch, p.workers) * per_clock;
+  const std::size_t steps = cfg.epochs * hpcps::ps::clocks_per_epoch(p.data.train.count, cfg.batch) * per_clock;
   const float lr = *cfg.lr / static_cast<float>(per_clock);
   if (cfg.schedule == "cosine") return hpcps::optim::Schedule::cosine(lr, steps);
   if (cfg.schedule == "step") return hpcps::optim::Schedule::step_decay(lr, std::max<std::size_t>(steps / 3, 1), 0.1f);

@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -166,25 +168,42 @@ TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the sam
   remove_folders(world);
 }
 
+namespace {
+
+// The whole parameter vector and velocity of a ParameterServer on `comm`, on every rank of it
+// (shards are disjoint, so a sum gathers them).
+std::vector<float> whole_state(const hpcps::comm::Communicator& comm, Ps& ps) {
+  const std::size_t n = network().parameter_count();
+  std::vector<float> all(2 * n, 0.0f);
+  if (ps.is_server()) {
+    const auto r = ps.server().range();
+    const auto& v = ps.server().optimizer_state().velocity;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      all[r.begin + i] = ps.server().parameter_data()[i];
+      all[n + r.begin + i] = v[i];
+    }
+  }
+  comm.allreduce_in_place(all.data(), all.size(), MPI_SUM);
+  return all;
+}
+
+// max |a - b| over max |b|: differences in the order of fp32 additions move each element by a
+// few ulps of the values it was summed from, so small elements are compared at the scale of the large.
+double difference_over_largest(const std::vector<float>& a, const std::vector<float>& b) {
+  double difference = 0.0, largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(b[i])));
+  }
+  return difference / largest;
+}
+
+}  // namespace
+
 TEST_CASE("a checkpoint resumes on another layout with every shard and state array in place", "[checkpoint][layout]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::MomentumSgd momentum(0.05f);
   const std::string folder = fresh_folder(world, "relayout");
-  const std::size_t n = network().parameter_count();
-  // The whole parameter vector and velocity of a ParameterServer, on every rank (shards are disjoint).
-  const auto whole_state = [&](auto& ps) {
-    std::vector<float> all(2 * n, 0.0f);
-    if (ps.is_server()) {
-      const auto r = ps.server().range();
-      const auto& v = ps.server().optimizer_state().velocity;
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        all[r.begin + i] = ps.server().parameter_data()[i];
-        all[n + r.begin + i] = v[i];
-      }
-    }
-    world.allreduce_in_place(all.data(), all.size(), MPI_SUM);
-    return all;
-  };
   const int writer = world.size() >= 3 ? 2 : (world.size() == 2 ? 1 : 0);
   std::vector<float> saved;
   {
@@ -192,15 +211,71 @@ TEST_CASE("a checkpoint resumes on another layout with every shard and state arr
     t.checkpoint = folder;
     Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(writer), {}, momentum);
     hpcps::ps::train(ps, train_set(), &test_set(), t);
-    saved = whole_state(ps);
+    saved = whole_state(world, ps);
   }
   for (int servers = 0; servers < world.size(); ++servers) {
     INFO("written with " << writer << " servers, resumed with " << servers);
     Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, folder), {}, momentum);
-    CHECK(whole_state(ps) == saved);
+    CHECK(whole_state(world, ps) == saved);
     CHECK(ps.resumed()->manifest.servers == static_cast<std::uint64_t>(writer));
     const auto report = hpcps::ps::train(ps, train_set(), &test_set(), train_options(2));
     if (world.rank() == 0) CHECK(report.epochs.size() == 1);
+  }
+  remove_folders(world);
+}
+
+// Every layout trains each clock on the same samples (ps::train's data order does not depend on
+// the number of workers), so a run resumed on other ranks computes what the original would have,
+// up to the order of fp32 additions: the workers' gradient sums and the servers' sum of them.
+TEST_CASE("a checkpoint of 2 servers and 3 workers continues on other layouts with the same samples",
+          "[checkpoint][layout]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() != 5) {
+    WARN("needs 5 ranks: written by 2 servers and 3 workers");
+    return;
+  }
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const std::string folder = fresh_folder(world, "layouts");
+  // Written with 2 servers + 3 workers: checkpoints after clocks 5 and 10, and 13 at the end of
+  // the epoch (301 samples in global batches of 24).
+  auto t = train_options(1);
+  t.checkpoint = folder;
+  t.checkpoint_every = hpcps::ps::parse_checkpoint_interval("5clocks");
+  t.checkpoint_keep = 3;
+  std::vector<float> reference;  // after clock 13
+  {
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(2), {}, momentum);
+    const auto report = hpcps::ps::train(ps, train_set(), &test_set(), t);
+    CHECK(report.clocks == 13);
+    reference = whole_state(world, ps);
+  }
+  const std::string after_10 = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(10)).string();
+  {
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(2, after_10), {}, momentum);
+    // The three clocks left change the parameters well beyond rounding: the comparisons can fail.
+    const auto before = whole_state(world, ps);
+    if (world.rank() == 0) CHECK(difference_over_largest(before, reference) > 1e-3);
+  }
+  struct Resumed {
+    int ranks, servers;
+    const char* name;
+  };
+  for (const Resumed& r : {Resumed{5, 2, "2 servers + 3 workers"}, Resumed{3, 1, "1 server + 2 workers"},
+                           Resumed{4, 3, "3 servers + 1 worker"}, Resumed{3, 0, "3 colocated ranks"}}) {
+    // The ranks of the new layout run it; the others wait at the next collective of the world.
+    const auto ranks = world.split(world.rank() < r.ranks ? 0 : 1, world.rank());
+    if (world.rank() >= r.ranks) continue;
+    Ps ps(ranks, network(), hpcps::backend::Cpu(1), options<Ps>(r.servers, after_10), {}, momentum);
+    const auto report = hpcps::ps::train(ps, train_set(), &test_set(), train_options(1));
+    const auto state = whole_state(ranks, ps);
+    if (world.rank() == 0) {
+      INFO("resumed after clock 10 on " << r.name);
+      CHECK(report.epochs.size() == 1);
+      // Measured: 0 on 3 colocated ranks (the same three gradient sums), 1e-7 (one ulp of the
+      // largest value) with 1 or 2 workers.
+      if (r.servers == 2 && r.ranks == 5) CHECK(state == reference);  // the same layout: the same bits
+      CHECK(difference_over_largest(state, reference) < 1e-6);
+    }
   }
   remove_folders(world);
 }

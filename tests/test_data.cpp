@@ -325,6 +325,38 @@ TEST_CASE("Batcher over all shards covers the dataset once", "[batcher]") {
   }
 }
 
+// ps::train's data order: every worker holds the same Batcher over the whole set and takes its
+// part (shard_range of the batch) of each global batch, so the samples of a clock, and their
+// order within it, do not depend on the number of workers.
+TEST_CASE("Batcher parts of global batches give one order on any number of workers", "[batcher]") {
+  const Dataset data = make_dataset(50);
+  Batcher whole(data, Range{0, 50}, 8, 77);
+  const std::vector<std::size_t> reference = epoch_rows(whole, 2);
+  CHECK(whole.batch_count(0) == 8);
+  CHECK(whole.batch_count(6) == 2);  // 50 = 6 x 8 + 2
+  for (std::size_t workers : {1u, 2u, 3u, 7u}) {
+    INFO(workers << " workers");
+    std::vector<Batcher> batchers(workers, Batcher(data, Range{0, 50}, 8, 77));
+    std::vector<std::size_t> rows;
+    std::size_t empty_parts = 0;
+    for (std::size_t c = 0; c < whole.batches_per_epoch(); ++c) {
+      for (std::size_t w = 0; w < workers; ++w) {
+        Batcher& b = batchers[w];
+        if (c == 0) b.start_epoch(2);
+        const Range mine = shard_range(b.batch_count(c), w, workers);
+        if (mine.size() == 0) ++empty_parts;
+        const BatchView v = b.part(c, mine);
+        CHECK(v.count == mine.size());
+        for (std::size_t j = 0; j < v.count; ++j) rows.push_back(static_cast<std::size_t>(v.inputs[j * 3]));
+      }
+    }
+    CHECK(rows == reference);
+    CHECK(empty_parts == (workers > 2 ? workers - 2 : 0u));  // the last batch has 2 samples
+  }
+  CHECK_THROWS_WITH(whole.part(6, Range{1, 3}), Catch::Contains("part [1, 3) is not inside batch 6 of 2 samples"));
+  CHECK_THROWS_WITH(whole.part(7, Range{0, 0}), Catch::Contains("batch index 7 out of range"));
+}
+
 TEST_CASE("Batcher drop_last, empty shard and oversized batch", "[batcher]") {
   const Dataset data = make_dataset(23);
   SECTION("drop_last skips the partial batch") {

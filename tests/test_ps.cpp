@@ -1,6 +1,6 @@
 // The synchronous parameter server under mpiexec: roles and sharding, the defining property of
 // synchronous data parallelism (W workers with batch b == one worker with batch W*b over the same
-// samples), reproducibility, and uneven shards ending cleanly.
+// samples), reproducibility, and uneven parts and idle pushes ending cleanly.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -137,16 +137,16 @@ TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mp
   }
 }
 
-TEST_CASE("synchronous training is reproducible, with or without overlap, and uneven shards end cleanly", "[ps][mpi]") {
+TEST_CASE("synchronous training is reproducible, with or without overlap, and idle pushes end cleanly", "[ps][mpi]") {
   const auto world = hpcps::comm::Communicator::world();
   if (world.size() < 2) {
     WARN("needs at least 2 ranks (a worker and a server)");
     return;
   }
   const Net net({6, 8, 4});
-  // 23 samples over up to 3 workers with a global batch of 5: shards of 8/8/7 samples give
-  // workers different numbers of batches per epoch, so some clocks see idle pushes.
-  const auto train = synthetic(23, 6, 4, 3);
+  // 21 samples over up to 3 workers with a global batch of 5: the epoch's last batch has one
+  // sample, so every worker but the first pushes idle at that clock.
+  const auto train = synthetic(21, 6, 4, 3);
   const auto test = synthetic(10, 6, 4, 4);
   hpcps::ps::TrainOptions options;
   options.epochs = 3;
@@ -169,7 +169,8 @@ TEST_CASE("synchronous training is reproducible, with or without overlap, and un
       CHECK(report.epochs.size() == 3);
       std::size_t samples = 0;
       for (const auto& e : report.epochs) samples += e.samples;
-      CHECK(samples == 3 * 23);  // every sample of every epoch was trained on, by someone
+      CHECK(samples == 3 * 21);  // every sample of every epoch was trained on, by someone
+      CHECK(report.gradient_pushes == 3 * (ps.worker_index() == 0 ? 5u : 4u));  // 5 clocks, one idle
     }
     updates[run] = report.server_updates;
   }
@@ -236,11 +237,11 @@ TEST_CASE("a colocated rank's own slice skips MPI without changing a bit", "[ps]
 TEST_CASE("ranks on one node share memory without changing a bit", "[ps][mpi]") {
   // With shared memory a server sums node-local workers' gradients where they lie and the workers
   // copy parameters out of the server's shard; without it every byte travels in messages. Pieces
-  // of 5 floats pushed during backpropagation, uneven shards and idle clocks (23 samples, 3
-  // workers at most), dedicated and colocated servers: the parameters must be the same bits.
+  // of 5 floats pushed during backpropagation, uneven parts and idle clocks (21 samples, batch 5,
+  // 3 workers at most), dedicated and colocated servers: the parameters must be the same bits.
   const auto world = hpcps::comm::Communicator::world();
   const Net net({6, 8, 4});
-  const auto train = synthetic(23, 6, 4, 21);
+  const auto train = synthetic(21, 6, 4, 21);
   // The nodes as MPI sees them: all ranks on one machine, or odd and even ranks apart under
   // MPIR_CVAR_ODD_EVEN_CLIQUES=1 (test_ps.np*.cliques). Every node of two or more ranks shares.
   const auto node = world.split_shared(world.rank());

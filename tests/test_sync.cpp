@@ -1,6 +1,6 @@
 // Synchronization strategies under mpiexec, with workers slowed at random (fixed seeds) through
 // the after-compute hook: every gradient slice is applied exactly once, the stale-synchronous
-// bound holds (and is reached), and every strategy ends cleanly with uneven shards.
+// bound holds (and is reached), and every strategy ends cleanly with uneven parts and idle pushes.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -31,7 +31,8 @@ struct Outcome {
   bool is_server = false;
 };
 
-// Trains on 61 samples (uneven shards for 2 and 3 workers) with a global batch of 4; worker w
+// Trains on 61 samples with a global batch of 4 (uneven parts for 3 workers; the epoch's last
+// batch of one sample leaves the other workers idle); worker w
 // sleeps at random after its gradients, and the last worker is a steady straggler if asked.
 template <class Sync>
 Outcome train_with_delays(Sync sync, std::uint64_t seed, bool straggler, std::size_t piece_floats = 5) {
@@ -59,7 +60,7 @@ Outcome train_with_delays(Sync sync, std::uint64_t seed, bool straggler, std::si
   const auto report = hpcps::ps::train(ps, data, nullptr, train);
 
   Outcome out;
-  out.expected_clocks = train.epochs * hpcps::ps::clocks_per_epoch(data.count, train.batch, workers);
+  out.expected_clocks = train.epochs * hpcps::ps::clocks_per_epoch(data.count, train.batch);
   std::vector<std::size_t> mine(static_cast<std::size_t>(world.size()), 0);
   const std::size_t pushed = ps.is_worker() ? report.gradient_pushes : 0;
   world.allgather(&pushed, 1, mine.data());

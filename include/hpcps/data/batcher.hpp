@@ -1,8 +1,9 @@
 #pragma once
-// Serves shuffled mini-batches from one worker's shard of a Dataset. The order depends only on
-// (seed, epoch), so a run can be reproduced, or resumed at an epoch, without saving any state.
-// Rows are copied into buffers allocated once, so the training loop never allocates and the
-// pointers handed out stay valid (and equal) from batch to batch.
+// Serves shuffled mini-batches from a range of a Dataset (the whole training set in ps::train, where
+// every worker holds the same Batcher and takes its part of each global batch). The order depends
+// only on (seed, epoch), so a run can be reproduced, or resumed at any batch, on any number of
+// workers, without saving any state. Rows are copied into buffers allocated once, so the training
+// loop never allocates and the pointers handed out stay valid (and equal) from batch to batch.
 #include <hpcps/data/dataset.hpp>
 #include <hpcps/data/random.hpp>
 #include <hpcps/data/shard.hpp>
@@ -67,15 +68,28 @@ class Batcher {
     epoch_ = epoch;
   }
 
-  BatchView batch(std::size_t index) {
+  BatchView batch(std::size_t index) { return part(index, Range{0, batch_count(index)}); }
+
+  // Samples in batch `index`: batch_size(), or fewer in a last partial batch.
+  std::size_t batch_count(std::size_t index) const {
     const std::size_t batches = batches_per_epoch();
     if (index >= batches) {
       throw hpcps::Error(fmt::format("Batcher: batch index {} out of range; this epoch has {} batches (shard of "
                                      "{} samples, batch size {}{})",
                                      index, batches, shard_.size(), batch_size_, drop_last_ ? ", drop_last" : ""));
     }
-    const std::size_t first = index * batch_size_;
-    const std::size_t count = std::min(batch_size_, order_.size() - first);
+    return std::min(batch_size_, order_.size() - index * batch_size_);
+  }
+
+  // Samples [within.begin, within.end) of batch `index`: one worker's part of a global batch.
+  BatchView part(std::size_t index, Range within) {
+    const std::size_t in_batch = batch_count(index);
+    if (within.begin > within.end || within.end > in_batch) {
+      throw hpcps::Error(fmt::format("Batcher: part [{}, {}) is not inside batch {} of {} samples", within.begin,
+                                     within.end, index, in_batch));
+    }
+    const std::size_t first = index * batch_size_ + within.begin;
+    const std::size_t count = within.size();
     const std::size_t features = data_->features;
     for (std::size_t i = 0; i < count; ++i) {
       const std::size_t row = order_[first + i];

@@ -1,8 +1,10 @@
 #pragma once
-// Epoch-level training over a ParameterServer: shards the training set across workers, splits the
-// global minibatch among them, runs every worker through the same number of clocks per epoch
-// (a worker whose shard is exhausted takes part with idle pushes, so uneven shards cannot hang the
-// servers), reports loss, accuracy, throughput and a time breakdown on rank 0.
+// Epoch-level training over a ParameterServer: one shuffled order of the whole training set per
+// epoch, the same on every rank; clock c trains on the c-th global minibatch of that order, split
+// among the workers (a worker whose part is empty, in a last short batch, takes part with an idle
+// push, so nothing can hang the servers); reports loss, accuracy, throughput and a time breakdown
+// on rank 0. The samples of each clock do not depend on the number of workers, so a checkpoint
+// resumes on another layout with the same data order.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -99,24 +101,25 @@ struct TrainingReport {
   int stop_signal = 0;                 // the signal that stopped training early, or 0
 };
 
-// Samples of the global minibatch that worker `w` of `workers` computes.
+// Worker `w`'s part of a global minibatch of `samples` (the epoch's last one may be short):
+// contiguous, balanced to within one sample.
+inline data::Range worker_part(std::size_t samples, int worker, int workers) {
+  return data::shard_range(samples, static_cast<std::size_t>(worker), static_cast<std::size_t>(workers));
+}
+// Samples of a full global minibatch that worker `w` of `workers` computes (worker 0's is largest).
 inline std::size_t worker_batch(std::size_t global_batch, int worker, int workers) {
-  return data::shard_range(global_batch, static_cast<std::size_t>(worker), static_cast<std::size_t>(workers)).size();
+  return worker_part(global_batch, worker, workers).size();
 }
 
-// Clocks in one epoch: enough for the worker with the most batches (ceil(shard / batch)); the
-// others take part in the remaining clocks with idle pushes. A pure function of the numbers, so
-// every rank (servers and a learning-rate schedule too) knows it without communication.
-inline std::size_t clocks_per_epoch(std::size_t samples, std::size_t global_batch, int workers) {
-  std::size_t clocks = 0;
-  for (int w = 0; w < workers; ++w) {
-    const std::size_t shard =
-        data::shard_range(samples, static_cast<std::size_t>(w), static_cast<std::size_t>(workers)).size();
-    const std::size_t batch = worker_batch(global_batch, w, workers);
-    if (batch > 0) clocks = std::max(clocks, (shard + batch - 1) / batch);
-  }
-  return clocks;
+// Clocks in one epoch: one per global minibatch, the last one short if the batch does not divide
+// the samples. A pure function of the numbers, so every rank (servers and a learning-rate schedule
+// too) knows it without communication, and it does not depend on the number of workers.
+inline std::size_t clocks_per_epoch(std::size_t samples, std::size_t global_batch) {
+  return global_batch == 0 ? 0 : (samples + global_batch - 1) / global_batch;
 }
+
+// The seed of the epochs' shared order, from TrainOptions::seed.
+inline std::uint64_t data_order_seed(std::uint64_t seed) { return seed * 0x9E3779B97F4A7C15ull; }
 
 namespace detail {
 
@@ -163,7 +166,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
 
   // Where training starts: at the beginning, or where the checkpoint it resumes left off. Every
   // rank reads the same manifest, so every rank finds the same problem, if any.
-  const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch, workers);
+  const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch);
   CheckpointPosition start{0, 0, 0, clocks, options.batch, train_set.count, options.seed};
   if (const auto* resumed = ps.resumed()) {
     const auto& m = resumed->manifest;
@@ -174,6 +177,10 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       problem = fmt::format("it was trained with shuffling seed {}, this run has {}", m.shuffle_seed, options.seed);
     } else if (m.train_samples != train_set.count) {
       problem = fmt::format("it was trained on {} samples, this run has {}", m.train_samples, train_set.count);
+    } else if (m.clocks_per_epoch != clocks) {
+      problem = fmt::format("its epochs have {} clocks, this run's have {} (written by an hpcps whose data order "
+                            "depended on the number of workers)",
+                            m.clocks_per_epoch, clocks);
     }
     if (!problem.empty()) {
       throw CollectiveError(fmt::format("ps::train: cannot resume from {}: {}", resumed->path, problem), world.rank() == 0);
@@ -181,10 +188,6 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     start.clock = m.clock;
     start.epoch = m.epoch;
     start.batch = m.batch;
-    if (start.batch >= clocks) {  // another number of workers cuts an epoch into fewer clocks
-      start.batch = 0;
-      ++start.epoch;
-    }
     report.resumed_from = resumed->path;
   }
   const std::uint64_t end_clock = std::max<std::uint64_t>(
@@ -231,9 +234,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       if (problem.empty() && test_set != nullptr) problem = detail::input_mismatch("test", *test_set, worker.network());
     }
     throw_if_any_rank(team, problem, "ps::train", "another worker rejected the options");
-    const data::Range shard = data::shard_range(train_set.count, static_cast<std::size_t>(w),
-                                                static_cast<std::size_t>(workers));
-    data::Batcher batcher(train_set, shard, batch, options.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(w));
+    data::Batcher batcher(train_set, data::Range{0, train_set.count}, options.batch, data_order_seed(options.seed));
 
     if (options.after_compute) {
       worker.set_after_compute([&options, w](std::size_t clock, double seconds) { options.after_compute(w, clock, seconds); });
@@ -267,8 +268,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       batcher.start_epoch(epoch);
       nn::BatchStats stats;
       for (std::size_t c = epoch == start.epoch ? start.batch : 0; c < clocks; ++c) {
-        if (c < batcher.batches_per_epoch()) {
-          const data::BatchView b = batcher.batch(c);
+        const data::Range mine = worker_part(batcher.batch_count(c), w, workers);
+        if (mine.size() > 0) {
+          const data::BatchView b = batcher.part(c, mine);
           stats += worker.step(b.inputs, b.labels, b.count);
         } else {
           worker.step(nullptr, nullptr, 0);
