@@ -131,6 +131,40 @@ TEST_CASE("a run resumed at an epoch boundary ends with the bits of the uninterr
   remove_folders(world);
 }
 
+// Dropout's masks follow the samples' place in training (nn::SamplePosition), not a count of the
+// workspace's passes that would start again at 0 in the resumed run.
+TEST_CASE("a network with dropout resumes to the same bits, at an epoch end and mid-epoch", "[checkpoint]") {
+  using DropNet = hpcps::nn::Sequential<hpcps::nn::Dense, hpcps::nn::Relu, hpcps::nn::Dropout, hpcps::nn::Dense>;
+  using DropPs = hpcps::ParameterServer<DropNet, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const auto train = [&](int servers, const hpcps::ps::TrainOptions& t, const std::string& resume) {
+    const DropNet net(hpcps::nn::Shape{12, 1, 1}, {{16}, {}, {0.3f, 5}, {4}});
+    DropPs ps(world, net, hpcps::backend::Cpu(1), options<DropPs>(servers, resume), {}, momentum);
+    hpcps::ps::train(ps, train_set(), &test_set(), t);
+    return world.rank() == 0 ? ps.worker().parameters() : std::vector<float>{};
+  };
+  for (const int servers : layouts(world.size())) {
+    INFO("servers " << servers);
+    const std::string folder = fresh_folder(world, "dropout");
+    const auto whole = train(servers, train_options(2), {});
+    auto first = train_options(1);
+    first.checkpoint = folder;
+    first.checkpoint_every = hpcps::ps::parse_checkpoint_interval("5clocks");
+    first.checkpoint_keep = 3;
+    const auto part = train(servers, first, {});  // checkpoints after clocks 5, 10 and 13
+    const auto at_end = train(servers, train_options(2), folder);
+    const auto mid_epoch =
+        train(servers, train_options(2), (fs::path(folder) / hpcps::checkpoint::checkpoint_name(5)).string());
+    if (world.rank() == 0) {
+      CHECK(at_end == whole);
+      CHECK(mid_epoch == whole);
+      CHECK(part != whole);
+    }
+  }
+  remove_folders(world);
+}
+
 TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the same bits", "[checkpoint][signals]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::MomentumSgd momentum(0.05f);

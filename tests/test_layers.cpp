@@ -716,6 +716,48 @@ TEST_CASE("dropout in a network: on in gradient, off in evaluate, repeatable", "
   CHECK(g1 != g_plain);   // and dropout is active in gradient()
 }
 
+// ps::train sets each gradient's SamplePosition (the clock, the first sample's place in the global
+// batch): the mask of a sample is then the same whichever worker, in whichever part, computes it,
+// and a resumed run draws the masks the uninterrupted one drew.
+TEST_CASE("dropout masks follow the samples' position in training", "[layers]") {
+  using Net = nn::Sequential<nn::Dense, nn::Relu, nn::Dropout, nn::Dense>;
+  const Net net(Shape{12, 1, 1}, {{40}, {}, {0.5f, 9}, {4}});
+  static_assert(nn::takes_sample_position_v<Net, Cpu>);
+  static_assert(!nn::takes_sample_position_v<nn::Mlp<nn::Relu>, Cpu>);
+  const Cpu backend(1);
+  hpcps::data::Rng rng(4);
+  std::vector<float> params(net.parameter_count()), x(8 * 12);
+  std::vector<std::int32_t> y(8);
+  net.initialize(params.data(), 5);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 4));
+  // The gradient of samples [first, first + count) of the batch at `step`, from a fresh workspace.
+  const auto gradient = [&](std::uint64_t step, std::size_t first, std::size_t count) {
+    auto ws = net.make_workspace(backend, 8);
+    nn::set_sample_position(net, ws, {step, first});
+    std::vector<float> g(params.size());
+    net.gradient(backend, ws, params.data(), x.data() + first * 12, y.data() + first, count, g.data());
+    return g;
+  };
+  // Two workers' parts add up to the whole batch's gradient, up to the order of the sums.
+  const auto whole = gradient(7, 0, 8), left = gradient(7, 0, 3), right = gradient(7, 3, 5);
+  double worst = 0.0;
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(left[i]) + right[i] - whole[i]) /
+                                std::max(1.0, std::abs(static_cast<double>(whole[i]))));
+  }
+  CHECK(worst < 1e-5);
+  // Placed at the batch's start instead, the second part would take the first rows' masks.
+  auto ws = net.make_workspace(backend, 8);
+  nn::set_sample_position(net, ws, {7, 0});
+  std::vector<float> misplaced(params.size());
+  net.gradient(backend, ws, params.data(), x.data() + 3 * 12, y.data() + 3, 5, misplaced.data());
+  CHECK(misplaced != right);
+  // A fresh workspace placed at step 7 repeats the step-7 mask; another step draws another.
+  CHECK(gradient(7, 3, 5) == right);
+  CHECK(gradient(8, 3, 5) != right);
+}
+
 // ---- nn::Mlp from layers ------------------------------------------------------------------------
 
 TEMPLATE_TEST_CASE("Sequential<Dense, Relu, Dense, Relu, Dense> computes what nn::Mlp<Relu> does", "[layers]", Cpu,

@@ -67,7 +67,8 @@ struct has_layer_kernels<
                    decltype(std::declval<const B&>().copy((const float*)nullptr, std::size_t{}, (float*)nullptr)),
                    decltype(std::declval<const B&>().multiply((const float*)nullptr, (const float*)nullptr, std::size_t{},
                                                               (float*)nullptr)),
-                   decltype(std::declval<const B&>().dropout_mask((float*)nullptr, std::size_t{}, 1.0f, std::uint64_t{}))>>
+                   decltype(std::declval<const B&>().dropout_mask((float*)nullptr, std::size_t{}, 1.0f, std::uint64_t{},
+                                                                  std::size_t{}))>>
     : std::true_type {};
 
 }  // namespace detail

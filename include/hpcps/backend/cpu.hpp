@@ -200,12 +200,12 @@ class BasicCpu {
     for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = a[i] * b[i];
   }
 
-  // mask[i] = 1/keep with probability keep, else 0, as a function of (seed, i) only.
-  void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed) const {
+  // mask[i] = 1/keep with probability keep, else 0, as a function of (seed, first + i) only.
+  void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed, std::size_t first) const {
     const auto total = static_cast<std::ptrdiff_t>(n);
 #pragma omp parallel for num_threads(threads_) if (threads_ > 1 && n > parallel_threshold)
     for (std::ptrdiff_t i = 0; i < total; ++i) {
-      mask[i] = detail::dropout_mask_value(seed, static_cast<std::size_t>(i), keep);
+      mask[i] = detail::dropout_mask_value(seed, first + static_cast<std::size_t>(i), keep);
     }
   }
 

@@ -229,8 +229,8 @@ class Thrust {
   void multiply(const float* a, const float* b, std::size_t n, float* out) const {
     each(n, detail::Multiply{a, b, out});
   }
-  void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed) const {
-    each(n, detail::DropoutMask{mask, keep, seed});
+  void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed, std::size_t first) const {
+    each(n, detail::DropoutMask{mask, keep, seed, first});
   }
 
  private:

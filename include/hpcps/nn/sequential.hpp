@@ -26,6 +26,7 @@
 #include "hpcps/nn/detail/chunks.hpp"
 #include "hpcps/nn/layer_traits.hpp"
 #include "hpcps/nn/layers/activation_layer.hpp"
+#include "hpcps/nn/sample_position.hpp"
 #include "hpcps/nn/shape.hpp"
 
 namespace hpcps::nn {
@@ -151,6 +152,13 @@ class Sequential {
     return ws;
   }
 
+  // Where the next gradient's samples sit in training, for every layer whose workspace has a
+  // `position` (nn::Dropout): the layer's random numbers then depend on it alone.
+  template <class B>
+  void set_sample_position(Workspace<B>& ws, SamplePosition position) const {
+    std::apply([&](auto&... layer_ws) { (set_position(layer_ws, position), ...); }, ws.layers);
+  }
+
   // grad := sum over the batch of d(cross-entropy)/d(params), in the backend's memory.
   template <class B>
   BatchStats gradient(const B& backend, Workspace<B>& ws, const float* params, const float* inputs,
@@ -199,6 +207,15 @@ class Sequential {
   }
 
  private:
+  template <class W, class = void>
+  struct has_position : std::false_type {};
+  template <class W>
+  struct has_position<W, std::void_t<decltype(std::declval<W&>().position = SamplePosition{})>> : std::true_type {};
+  template <class W>
+  static void set_position(W& layer_ws, SamplePosition position) {
+    if constexpr (has_position<W>::value) layer_ws.position = position;
+  }
+
   // Layer I built from the shape before it; its error names its place in the list.
   template <std::size_t I>
   static auto build(Shape in, const Configs& configs) {

@@ -26,6 +26,7 @@
 #include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/nn/batch_stats.hpp"
+#include "hpcps/nn/sample_position.hpp"
 #include "hpcps/ps/agreed_verdict.hpp"
 #include "hpcps/ps/checkpoint_interval.hpp"
 #include "hpcps/ps/checkpoint_writer.hpp"
@@ -271,6 +272,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         const data::Range mine = worker_part(batcher.batch_count(c), w, workers);
         if (mine.size() > 0) {
           const data::BatchView b = batcher.part(c, mine);
+          nn::set_sample_position(worker.network(), worker.workspace(), {epoch * clocks + c, mine.begin});
           stats += worker.step(b.inputs, b.labels, b.count);
         } else {
           worker.step(nullptr, nullptr, 0);

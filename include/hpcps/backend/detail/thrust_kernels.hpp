@@ -250,7 +250,8 @@ struct DropoutMask {
   float* mask;
   float keep;
   std::uint64_t seed;
-  HPCPS_HOST_DEVICE void operator()(std::size_t i) const { mask[i] = dropout_mask_value(seed, i, keep); }
+  std::size_t first;
+  HPCPS_HOST_DEVICE void operator()(std::size_t i) const { mask[i] = dropout_mask_value(seed, first + i, keep); }
 };
 
 }  // namespace hpcps::backend::detail

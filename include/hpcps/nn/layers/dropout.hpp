@@ -1,7 +1,9 @@
 #pragma once
 // Inverted dropout: in training each value is kept with probability 1 - rate and scaled by
-// 1 / (1 - rate); in evaluation the layer is the identity. The mask of the t-th training pass of
-// a workspace is a function of (Config::seed, t, element) only, so a run repeats exactly.
+// 1 / (1 - rate); in evaluation the layer is the identity. The mask is a function of
+// (Config::seed, the pass's SamplePosition, element) only, so a run repeats exactly: ps::train sets
+// the position (the clock and the first sample's place in the global batch) before each gradient,
+// and on its own a workspace counts its training passes as the step.
 #include <cstddef>
 #include <cstdint>
 
@@ -10,6 +12,7 @@
 #include "hpcps/backend/detail/dropout_hash.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/layers/stateless.hpp"
+#include "hpcps/nn/sample_position.hpp"
 #include "hpcps/nn/shape.hpp"
 
 namespace hpcps::nn {
@@ -32,15 +35,12 @@ class Dropout : public StatelessLayer {
   template <class Backend>
   struct Workspace {
     typename Backend::buffer_type mask;  // the last training pass's, read by backward
-    std::uint64_t passes = 0;            // training passes so far: selects the next mask
+    SamplePosition position;             // of the next training pass; its step advances after it
   };
   template <class Backend>
   Workspace<Backend> make_workspace(const Backend& backend, std::size_t max_batch) const {
-    return Workspace<Backend>{backend.make_buffer(max_batch * shape_.size()), 0};
+    return Workspace<Backend>{backend.make_buffer(max_batch * shape_.size()), {}};
   }
-
-  // The seed of the mask of training pass `pass`.
-  std::uint64_t pass_seed(std::uint64_t pass) const { return backend::detail::mix64(seed_, pass); }
 
   template <class Backend>
   void forward(const Backend& backend, Workspace<Backend>& ws, const float*, const float* x, std::size_t count,
@@ -51,7 +51,9 @@ class Dropout : public StatelessLayer {
       return;
     }
     float* mask = Backend::data(ws.mask);
-    backend.dropout_mask(mask, n, 1.0f - rate_, pass_seed(ws.passes++));
+    backend.dropout_mask(mask, n, 1.0f - rate_, backend::detail::mix64(seed_, ws.position.step),
+                         ws.position.first_sample * shape_.size());
+    ++ws.position.step;
     backend.multiply(x, mask, n, y);
   }
   template <class Backend>
