@@ -145,7 +145,8 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
   app.add_option("--checkpoint", cfg.checkpoint,
-                 "Write checkpoints into this folder (--sync bsp; checked for writing before training)");
+                 "Write checkpoints into this folder (checked for writing before training; with ssp and async "
+                 "the workers meet for them at epoch ends and every N clocks of a clock interval)");
   app.add_option("--checkpoint-every", cfg.checkpoint_every,
                  "Checkpoint interval: N epochs (1, 2epochs), N clocks (500clocks) or a time (90s, 30min, 2h)")
       ->capture_default_str()->check(CLI::Validator(
@@ -213,9 +214,6 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
   }
   if (cfg.evaluate_only != !cfg.load_model.empty()) {
     return cfg.evaluate_only ? "--evaluate-only needs --load-model FILE" : "--load-model works with --evaluate-only";
-  }
-  if (!cfg.checkpoint.empty() && cfg.sync != "bsp") {
-    return fmt::format("--checkpoint works with --sync bsp only, not --sync {}", cfg.sync);
   }
   if (cfg.slow_worker >= workers) {
     return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
@@ -390,7 +388,9 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.checkpoint = cfg.checkpoint;
   train_options.checkpoint_every = hpcps::ps::parse_checkpoint_interval(cfg.checkpoint_every);
   train_options.checkpoint_keep = cfg.checkpoint_keep;
-  train_options.stop_on_signals = Sync::aggregates;  // the other strategies end on a signal as before
+  // Asynchronous workers meet to stop only at checkpoint points: without --checkpoint they end on a
+  // signal as before, never made to wait for each other.
+  train_options.stop_on_signals = Sync::aggregates || !cfg.checkpoint.empty();
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
       if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));

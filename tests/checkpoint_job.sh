@@ -1,13 +1,14 @@
 # What signal_resume.sh and kill_resume.sh share (sourced): their arguments, a fresh work folder,
 # and start_job, which starts the example in the background with checkpoints on and returns once
 # the first checkpoint is published (training is then well under way), with the job's pid in $job.
-#   <script> MPIEXEC PROGRAM WORKDIR
+#   <script> MPIEXEC PROGRAM WORKDIR [SYNC]
 mpiexec=$1
 program=$2
 work=$3
+sync=${4:-bsp}
 rm -rf "$work" && mkdir -p "$work" || exit 1
 ranks=$(basename "$program" | cut -c1-15)  # the rank processes' name, as pgrep -x sees it
-common="--servers 1 --epochs 2 --train-samples 30000 --checkpoint-every 100clocks"
+common="--servers 1 --epochs 2 --train-samples 30000 --checkpoint-every 100clocks --sync $sync"
 fail() {
   echo "FAILED: $*"
   [ -n "${job:-}" ] && kill -KILL "$job" 2> /dev/null

@@ -1,9 +1,10 @@
 #!/bin/sh
-# SIGTERM to mpiexec in the middle of a synchronous run (what Slurm sends at a job's time limit):
-# the job must finish its clock, write a checkpoint, print one line saying so and exit non-zero
-# within 10 s, leaving no rank behind; resumed with --resume, it must end with exactly the test
-# accuracy of the same run left alone.
-#   signal_resume.sh MPIEXEC PROGRAM WORKDIR
+# SIGTERM to mpiexec in the middle of a run (what Slurm sends at a job's time limit): the job must
+# finish its clock (with ssp or async: reach the next checkpoint point, 100 clocks at most), write
+# a checkpoint, print one line saying so and exit non-zero within 10 s, leaving no rank behind;
+# resumed with --resume, a synchronous run must end with exactly the test accuracy of the same run
+# left alone, an ssp or async one within 0.02 of it (their updates depend on timing).
+#   signal_resume.sh MPIEXEC PROGRAM WORKDIR [SYNC]
 set -u
 . "$(dirname "$0")/checkpoint_job.sh"
 
@@ -24,5 +25,12 @@ echo "stopped in $took_ms ms with exit code $rc"
 cat "$work/resumed.out"
 whole=$(grep -o '"test_accuracy": [0-9.]*' "$work/whole.json" | tail -1)
 resumed=$(grep -o '"test_accuracy": [0-9.]*' "$work/resumed.json" | tail -1)
-[ -n "$whole" ] && [ "$whole" = "$resumed" ] || fail "resumed run ends with $resumed, the uninterrupted one with $whole"
-echo "passed: resumed to the uninterrupted run's $whole"
+[ -n "$whole" ] && [ -n "$resumed" ] || fail "no test accuracy in the reports"
+if [ "$sync" = bsp ]; then
+  [ "$whole" = "$resumed" ] || fail "resumed run ends with $resumed, the uninterrupted one with $whole"
+  echo "passed: resumed to the uninterrupted run's $whole"
+else
+  awk -v a="${whole#*: }" -v b="${resumed#*: }" 'BEGIN { d = a - b; exit !(d <= 0.02 && d >= -0.02) }' ||
+    fail "resumed run ends with $resumed, the uninterrupted one with $whole: more than 0.02 apart"
+  echo "passed: resumed to $resumed, the uninterrupted run $whole"
+fi

@@ -165,6 +165,47 @@ TEST_CASE("a network with dropout resumes to the same bits, at an epoch end and 
   remove_folders(world);
 }
 
+// Asynchronous and stale-synchronous ranks meet at the end of every epoch and every N clocks of a
+// clock interval: the workers stop pushing, the servers have applied every push, and the
+// checkpoint is written there. A resumed run continues from that clock with the servers' update
+// count (so the schedule goes on where it was).
+template <class Sync>
+void check_meeting_point_checkpoints(Sync sync) {
+  using SyncPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, Sync, hpcps::optim::MomentumSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs a server and a worker");
+    return;
+  }
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const std::string folder = fresh_folder(world, std::string("meeting-") + Sync::name);
+  const auto train = [&](const hpcps::ps::TrainOptions& t, const std::string& resume) {
+    SyncPs ps(world, network(), hpcps::backend::Cpu(1), options<SyncPs>(1, resume), sync, momentum);
+    return hpcps::ps::train(ps, train_set(), &test_set(), t);
+  };
+  const auto whole = train(train_options(2), {});
+  auto t = train_options(2);
+  t.checkpoint = folder;
+  t.checkpoint_every = hpcps::ps::parse_checkpoint_interval("5clocks");
+  t.checkpoint_keep = 10;
+  const auto written = train(t, {});
+  CHECK(written.checkpoints == 6);  // after clocks 5, 10, 15, 20, 25 and 26 (the end)
+  CHECK(written.clocks == 26);
+  CHECK(written.server_updates == whole.server_updates);
+  const auto resumed = train(train_options(2), (fs::path(folder) / hpcps::checkpoint::checkpoint_name(10)).string());
+  CHECK(resumed.resumed_from.find(hpcps::checkpoint::checkpoint_name(10)) != std::string::npos);
+  // Every push of the 16 clocks left was applied once, after the 10 clocks' updates restored.
+  CHECK(resumed.server_updates == whole.server_updates);
+  if (world.rank() == 0) CHECK(resumed.epochs.size() == 2);  // the rest of the first epoch, and the second
+  remove_folders(world);
+}
+
+TEST_CASE("stale-synchronous and asynchronous runs checkpoint where their ranks meet and resume there",
+          "[checkpoint]") {
+  SECTION("ssp, staleness 1") { check_meeting_point_checkpoints(hpcps::sync::StaleSynchronous(1)); }
+  SECTION("async") { check_meeting_point_checkpoints(hpcps::sync::Asynchronous{}); }
+}
+
 TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the same bits", "[checkpoint][signals]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::MomentumSgd momentum(0.05f);

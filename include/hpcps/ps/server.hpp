@@ -285,10 +285,16 @@ class Server {
     }
   }
 
+  // Runs again after every worker stopped (ps::train's meeting points in a checkpointed run): the
+  // workers start over, each receiving the current parameters first.
   void run_individual() {
     const std::size_t workers = active_.size();
     const std::size_t pieces = pieces_.size();
     std::size_t remaining = workers;
+    receives_.clear();  // every one completed: a stopped worker's are not posted again
+    std::fill(active_.begin(), active_.end(), 1);
+    std::fill(waiting_.begin(), waiting_.end(), 0);
+    std::fill(pieces_in_.begin(), pieces_in_.end(), 0);
     for (std::size_t w = 0; w < workers; ++w) {
       add_reply(w);
       for (std::size_t k = 0; k < pieces; ++k) receives_.add(listen(w, k));

@@ -44,16 +44,19 @@ struct TrainOptions {
   // Called on worker w after the gradient of each clock with (w, clock, seconds it took); its
   // time counts as compute. Straggler studies and tests slow workers down with it.
   std::function<void(int, std::size_t, double)> after_compute;
-  // Checkpoints (synchronous strategy; docs/reliability.md): written into this folder, one
-  // directory per checkpoint, at the end of the clocks `checkpoint_every` says, when training
-  // stops on a signal, and at the end; the newest `checkpoint_keep` are kept. Empty: none.
-  // A ParameterServer built with Options::resume continues where its checkpoint left off.
+  // Checkpoints (docs/reliability.md): written into this folder, one directory per checkpoint, at
+  // the end of the clocks `checkpoint_every` says, when training stops on a signal, and at the
+  // end; the newest `checkpoint_keep` are kept. Empty: none. A ParameterServer built with
+  // Options::resume continues where its checkpoint left off. Asynchronous and stale-synchronous
+  // ranks meet for it at the end of every epoch and every N clocks of an interval in clocks, where
+  // the workers wait for the slowest (a wall-clock interval is checked at epoch ends).
   std::string checkpoint;
   CheckpointInterval checkpoint_every;
   std::size_t checkpoint_keep = 2;
   // SIGTERM or SIGINT on any rank: every rank finishes the clock it is in, a checkpoint is written
   // (with `checkpoint` set), and train returns early with TrainingReport::stop_signal set. A second
-  // signal ends the process at once. Synchronous strategy.
+  // signal ends the process at once. Asynchronous and stale-synchronous ranks stop at the next
+  // point where they meet (above): the epoch's end, or sooner with a checkpoint interval in clocks.
   bool stop_on_signals = false;
 };
 
@@ -194,12 +197,6 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   const std::uint64_t end_clock = std::max<std::uint64_t>(
       start.clock, start.clock + (options.epochs * clocks) - std::min<std::uint64_t>(options.epochs * clocks, start.epoch * clocks + start.batch));
   const bool controlled = !options.checkpoint.empty() || options.stop_on_signals;
-  if (controlled && !Server::sync_type::aggregates) {
-    throw CollectiveError(fmt::format("ps::train: checkpoints and stopping on signals need the synchronous strategy, "
-                                      "not '{}'",
-                                      Server::sync_type::name),
-                          world.rank() == 0);
-  }
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0 and the servers must be able to write.
@@ -261,6 +258,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       return report.evaluations.back();
     };
     worker.start();
+    bool finished = false;  // this worker has told the servers it stopped
     for (std::size_t epoch = start.epoch; epoch < options.epochs && !stopped; ++epoch) {
       const auto epoch_started = std::chrono::steady_clock::now();
       const double evaluating_before = evaluating_seconds;
@@ -277,9 +275,23 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         } else {
           worker.step(nullptr, nullptr, 0);
         }
-        if (control && control->after_clock()) {
-          stopped = true;  // every rank agreed to stop after this clock
-          break;
+        if constexpr (Server::sync_type::aggregates) {
+          if (control && control->after_clock()) {
+            stopped = true;  // every rank agreed to stop after this clock
+            break;
+          }
+        } else if (control && control->is_boundary(epoch * clocks + c + 1)) {
+          // The ranks meet here: every worker stops pushing, the servers finish serving.
+          worker.finish();
+          finished = true;
+          if (control->at_boundary(epoch * clocks + c + 1)) {
+            stopped = true;
+            break;
+          }
+          if (epoch * clocks + c + 1 < end_clock) {
+            worker.start();
+            finished = false;
+          }
         }
         if (evaluating && c + 1 < clocks && (c + 1) % evaluate_every == 0) {
           evaluate(static_cast<double>(epoch) + static_cast<double>(c + 1) / static_cast<double>(clocks));
@@ -322,7 +334,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
       if constexpr (lockstep) team.barrier();
     }
-    worker.finish();
+    if (!finished) worker.finish();
     worker.set_after_compute({});  // it refers to `options`, which the caller may drop now
     report.gradient_pushes = worker.gradient_pushes();
     // Totals over all workers: every sample trained on, over the slowest worker's training time.
@@ -330,7 +342,18 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     const std::size_t samples = team.allreduce_value(local_samples, MPI_SUM);
     report.samples_per_second = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   } else if (control) {
-    if constexpr (Server::sync_type::aggregates) ps.server().run([&control] { control->after_clock(); });
+    if constexpr (Server::sync_type::aggregates) {
+      ps.server().run([&control] { control->after_clock(); });
+    } else if (start.clock == end_clock) {
+      ps.server().run();  // the workers start and stop at once
+    } else {
+      // Served until the workers stop at each boundary (see the workers' loop), then met there.
+      for (;;) {
+        ps.server().run();
+        const std::uint64_t boundary = control->next_boundary();
+        if (control->at_boundary(boundary) || boundary >= end_clock) break;
+      }
+    }
   } else {
     ps.server().run();
   }
