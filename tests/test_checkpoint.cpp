@@ -206,6 +206,39 @@ TEST_CASE("stale-synchronous and asynchronous runs checkpoint where their ranks 
   SECTION("async") { check_meeting_point_checkpoints(hpcps::sync::Asynchronous{}); }
 }
 
+// A crash while a checkpoint is written leaves .partial-ckpt-<clock>: here one of a later clock than
+// any published checkpoint, whose files look complete but for a shard cut short. Resuming from the
+// folder takes the newest published checkpoint and never reads the partial one; the next
+// checkpoint written into the folder removes it.
+TEST_CASE("a checkpoint half-written by a crash is never read and is removed by the next one", "[checkpoint]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const int servers = world.size() >= 2 ? 1 : 0;
+  const std::string folder = fresh_folder(world, "crashed");
+  auto first = train_options(1);
+  first.checkpoint = folder;
+  run<Ps>(world, servers, first, momentum);  // a checkpoint after clock 13
+  const auto published = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
+  const auto partial = (fs::path(folder) / hpcps::checkpoint::partial_name(26)).string();
+  if (world.rank() == 0) {
+    fs::copy(published, partial, fs::copy_options::recursive);
+    const auto shard = fs::path(partial) / "shard-00000.bin";
+    fs::resize_file(shard, fs::file_size(shard) / 2);
+  }
+  world.barrier();
+  const Outcome whole = run<Ps>(world, servers, train_options(2), momentum);
+  auto second = train_options(2);
+  second.checkpoint = folder;
+  const Outcome resumed = run<Ps>(world, servers, second, momentum, folder);
+  CHECK(resumed.report.resumed_from == published);
+  if (world.rank() == 0) {
+    CHECK(resumed.parameters == whole.parameters);
+    CHECK_FALSE(fs::exists(partial));
+    CHECK(hpcps::checkpoint::published(folder).size() == 2);  // clocks 13 and 26
+  }
+  remove_folders(world);
+}
+
 TEST_CASE("a run stopped by SIGTERM in the middle of an epoch resumes to the same bits", "[checkpoint][signals]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::MomentumSgd momentum(0.05f);
