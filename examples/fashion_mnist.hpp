@@ -146,7 +146,7 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
   app.add_option("--checkpoint", cfg.checkpoint,
                  "Write checkpoints into this folder (checked for writing before training; with ssp and async "
-                 "the workers meet for them at epoch ends and every N clocks of a clock interval)");
+                 "the workers wait for each other at every epoch end and every N clocks of a clock interval)");
   app.add_option("--checkpoint-every", cfg.checkpoint_every,
                  "Checkpoint interval: N epochs (1, 2epochs), N clocks (500clocks) or a time (90s, 30min, 2h)")
       ->capture_default_str()->check(CLI::Validator(
@@ -388,9 +388,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.checkpoint = cfg.checkpoint;
   train_options.checkpoint_every = hpcps::ps::parse_checkpoint_interval(cfg.checkpoint_every);
   train_options.checkpoint_keep = cfg.checkpoint_keep;
-  // Asynchronous workers meet to stop only at checkpoint points: without --checkpoint they end on a
-  // signal as before, never made to wait for each other.
-  train_options.stop_on_signals = Sync::aggregates || !cfg.checkpoint.empty();
+  train_options.stop_on_signals = true;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
       if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));

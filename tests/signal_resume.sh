@@ -1,7 +1,6 @@
 #!/bin/sh
 # SIGTERM to mpiexec in the middle of a run (what Slurm sends at a job's time limit): the job must
-# finish its clock (with ssp or async: reach the next checkpoint point, 100 clocks at most), write
-# a checkpoint, print one line saying so and exit non-zero within 10 s, leaving no rank behind;
+# finish its clock, write a checkpoint, print one line saying so and exit non-zero within 10 s, leaving no rank behind;
 # resumed with --resume, a synchronous run must end with exactly the test accuracy of the same run
 # left alone, an ssp or async one within 0.02 of it (their updates depend on timing).
 #   signal_resume.sh MPIEXEC PROGRAM WORKDIR [SYNC]

@@ -197,6 +197,35 @@ void check_meeting_point_checkpoints(Sync sync) {
   // Every push of the 16 clocks left was applied once, after the 10 clocks' updates restored.
   CHECK(resumed.server_updates == whole.server_updates);
   if (world.rank() == 0) CHECK(resumed.epochs.size() == 2);  // the rest of the first epoch, and the second
+
+  // SIGTERM to the last rank (a server) during worker 0's clock 16: that rank tells the others at
+  // once, every worker stops after its clock, and the checkpoint is of the fewest clocks any
+  // worker completed; with and without checkpoints.
+  const int me = static_cast<int>(::getpid());
+  std::vector<int> pids(static_cast<std::size_t>(world.size()));
+  world.allgather(&me, 1, pids.data());
+  for (const bool checkpointing : {true, false}) {
+    INFO((checkpointing ? "with" : "without") << " checkpoints");
+    const std::string stop_folder = fresh_folder(world, std::string("stopped-") + Sync::name);
+    auto stopped = train_options(2);
+    if (checkpointing) stopped.checkpoint = stop_folder;
+    stopped.stop_on_signals = true;
+    stopped.after_compute = [&](int w, std::size_t clock, double) {
+      if (w == 0 && clock == 15) ::kill(pids.back(), SIGTERM);
+    };
+    const auto part = train(stopped, {});
+    CHECK(part.stop_signal == SIGTERM);
+    CHECK(part.clocks <= 17);  // worker 0 stops after clock 16; a slower worker earlier
+    if (checkpointing) {
+      CHECK(part.checkpoints == 2);  // at the end of the first epoch (clock 13), and at the stop
+      const auto rest = train(train_options(2), stop_folder);
+      CHECK(rest.stop_signal == 0);
+      CHECK(rest.resumed_from == part.last_checkpoint);
+      if (world.rank() == 0) CHECK(!rest.epochs.empty());
+    } else {
+      CHECK(part.checkpoints == 0);
+    }
+  }
   remove_folders(world);
 }
 

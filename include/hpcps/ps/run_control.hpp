@@ -3,12 +3,13 @@
 // their step, dedicated servers after serving the clock): keep track of where training stands,
 // agree with the other ranks on stopping and checkpointing (ps/clock_agreement.hpp), and write the
 // checkpoints the schedule, rank 0's wall clock, a stop or the end of training call for.
-// Asynchronous and stale-synchronous ranks do not pass through clocks together; they meet only at
-// boundaries that every rank computes alike (is_boundary), where the workers have stopped pushing
-// and the servers have applied every push, and decide there (at_boundary).
+// Asynchronous and stale-synchronous ranks do not pass through clocks together; they meet only
+// where every rank knows to (is_boundary) or when a signal's notice reached them
+// (ps/stop_notice.hpp), the workers stopped and the servers done serving, and decide there (meet).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "hpcps/ps/checkpoint_interval.hpp"
 #include "hpcps/ps/checkpoint_writer.hpp"
 #include "hpcps/ps/clock_agreement.hpp"
+#include "hpcps/ps/stop_notice.hpp"
 #include "hpcps/ps/stop_signals.hpp"
 
 namespace hpcps::ps {
@@ -37,6 +39,7 @@ class RunControl {
       : ps_(ps), settings_(std::move(settings)), at_(at), agreement_(ps.world()),
         last_checkpoint_(std::chrono::steady_clock::now()) {
     if (settings_.stop_on_signals) signals_ = std::make_unique<StopSignals>();
+    if (settings_.stop_on_signals && !Server::sync_type::aggregates) notice_.emplace(ps.world());
   }
 
   // Every rank, after each clock. True when the ranks have agreed to stop after this one.
@@ -54,33 +57,49 @@ class RunControl {
     return decide(agreed, scheduled);
   }
   // Every rank, after its last clock.
-  void finish() { agreement_.finish(); }
+  void finish() {
+    agreement_.finish();
+    if (notice_) notice_->finish();
+  }
 
-  // Asynchronous and stale-synchronous runs: whether the ranks meet after clock `clock`: at the end
-  // of training, of every epoch (where a signal or rank 0's wall-clock interval is acted on), and
+  // Asynchronous and stale-synchronous runs: whether the ranks meet after clock `clock` (the
+  // workers stop pushing, the servers apply every push): at the end of training, and with
+  // checkpoints at the end of every epoch (where rank 0's wall-clock interval is acted on) and
   // every N clocks of an interval in clocks.
   bool is_boundary(std::uint64_t clock) const {
+    if (clock == settings_.end_clock) return true;
+    if (settings_.folder.empty()) return false;
     const bool every_clocks = settings_.every.unit == CheckpointInterval::Unit::clocks &&
                               clock % static_cast<std::uint64_t>(settings_.every.amount) == 0;
-    return clock == settings_.end_clock || clock % at_.clocks_per_epoch == 0 || every_clocks;
+    return clock % at_.clocks_per_epoch == 0 || every_clocks;
   }
-  // The first boundary after the current position.
-  std::uint64_t next_boundary() const {
-    std::uint64_t clock = at_.clock + 1;
-    while (!is_boundary(clock)) ++clock;
-    return clock;
+  // A worker of such a run, after each clock: true when it must stop now and meet the others, a
+  // signal having reached this rank (it tells every other rank) or another one.
+  bool should_stop() {
+    poll();
+    return notice_ && (StopSignals::received() != 0 || notice_->heard() != 0);
   }
-  // Every rank at boundary `clock`, the workers stopped and the servers done serving: agree on
-  // stopping (one blocking allreduce), write the checkpoint the interval, rank 0's wall clock, a
-  // stop or the end call for. True when the ranks agreed to stop.
-  bool at_boundary(std::uint64_t clock) {
-    at_.clock = clock;
-    at_.epoch = clock / at_.clocks_per_epoch;
-    at_.batch = clock % at_.clocks_per_epoch;
-    const int agreed = agreement_.communicator().allreduce_value(flags(), MPI_BOR);
+  // A server of such a run, after each push: tells every other rank of a signal it received.
+  void poll() {
+    if (notice_ && StopSignals::received() != 0) notice_->announce(StopSignals::received());
+  }
+  // Every rank where they meet, the workers stopped (`clock`: the clocks this worker completed;
+  // none for a server) and the servers done serving: agree on where training stands (the fewest
+  // clocks any worker completed: a stop reaches the workers at different clocks) and on stopping,
+  // and write the checkpoint the interval, rank 0's wall clock, a stop or the end call for. True
+  // when the ranks agreed to stop.
+  bool meet(std::optional<std::uint64_t> clock) {
+    const auto& comm = agreement_.communicator();
+    // As signed: MPICH 4.0.2 compares MPI_UINT64_T as signed under MPI_MIN and MPI_MAX.
+    const std::int64_t mine = clock ? static_cast<std::int64_t>(*clock) : std::numeric_limits<std::int64_t>::max();
+    const auto agreed_clock = static_cast<std::uint64_t>(comm.allreduce_value(mine, MPI_MIN));
+    at_.clock = agreed_clock;
+    at_.epoch = agreed_clock / at_.clocks_per_epoch;
+    at_.batch = agreed_clock % at_.clocks_per_epoch;
+    const int agreed = comm.allreduce_value(flags(), MPI_BOR);
     const auto every = static_cast<std::uint64_t>(settings_.every.amount);
     using Unit = CheckpointInterval::Unit;
-    const bool scheduled = (settings_.every.unit == Unit::clocks && clock % every == 0) ||
+    const bool scheduled = (settings_.every.unit == Unit::clocks && agreed_clock % every == 0) ||
                            (settings_.every.unit == Unit::epochs && at_.batch == 0 && at_.epoch % every == 0);
     return decide(agreed, scheduled);
   }
@@ -95,7 +114,8 @@ class RunControl {
   // This rank's flags: a signal it received, and on rank 0 a wall-clock checkpoint due.
   int flags() {
     int mine = 0;
-    if (signals_ && StopSignals::received() != 0) mine |= ClockAgreement::stop | (StopSignals::received() << 8);
+    const int signal = StopSignals::received() != 0 ? StopSignals::received() : (notice_ ? notice_->heard() : 0);
+    if (signals_ && signal != 0) mine |= ClockAgreement::stop | (signal << 8);
     if (!settings_.folder.empty() && settings_.every.unit == CheckpointInterval::Unit::seconds &&
         ps_.world().rank() == 0 && metrics::seconds_since(last_checkpoint_) >= settings_.every.amount) {
       mine |= ClockAgreement::checkpoint;
@@ -127,6 +147,7 @@ class RunControl {
   CheckpointPosition at_;
   ClockAgreement agreement_;
   std::unique_ptr<StopSignals> signals_;
+  std::optional<StopNotice> notice_;  // asynchronous and stale-synchronous runs
   std::chrono::steady_clock::time_point last_checkpoint_;
   int signal_ = 0;
   std::size_t checkpoints_ = 0;

@@ -113,7 +113,8 @@ class Server {
   }
 
   // Serves until every worker has sent its stop marker. An aggregating server calls
-  // after_clock() after each clock it served (ps::train checkpoints and agrees on stopping there).
+  // after_clock() after each clock it served (ps::train checkpoints and agrees on stopping there),
+  // any other after each push it took (ps::train passes a signal on from there).
   void run() {
     run([] {});
   }
@@ -128,7 +129,7 @@ class Server {
         set.clear();
       }
     } else {
-      run_individual();
+      run_individual(after_clock);
       replies_.wait_all();
       replies_.clear();
     }
@@ -287,7 +288,8 @@ class Server {
 
   // Runs again after every worker stopped (ps::train's meeting points in a checkpointed run): the
   // workers start over, each receiving the current parameters first.
-  void run_individual() {
+  template <class AfterPush>
+  void run_individual(AfterPush& after_push) {
     const std::size_t workers = active_.size();
     const std::size_t pieces = pieces_.size();
     std::size_t remaining = workers;
@@ -331,6 +333,7 @@ class Server {
       }
       answer_waiting_workers();
       clock.charge(stats_.update);
+      after_push();
     }
   }
 

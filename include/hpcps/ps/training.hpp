@@ -55,8 +55,9 @@ struct TrainOptions {
   std::size_t checkpoint_keep = 2;
   // SIGTERM or SIGINT on any rank: every rank finishes the clock it is in, a checkpoint is written
   // (with `checkpoint` set), and train returns early with TrainingReport::stop_signal set. A second
-  // signal ends the process at once. Asynchronous and stale-synchronous ranks stop at the next
-  // point where they meet (above): the epoch's end, or sooner with a checkpoint interval in clocks.
+  // signal ends the process at once. In an asynchronous or stale-synchronous run the rank that
+  // gets the signal tells the others at once (ps/stop_notice.hpp); each worker stops after its
+  // clock, and the checkpoint is of the fewest clocks any worker completed.
   bool stop_on_signals = false;
 };
 
@@ -280,11 +281,11 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
             stopped = true;  // every rank agreed to stop after this clock
             break;
           }
-        } else if (control && control->is_boundary(epoch * clocks + c + 1)) {
+        } else if (control && (control->should_stop() || control->is_boundary(epoch * clocks + c + 1))) {
           // The ranks meet here: every worker stops pushing, the servers finish serving.
           worker.finish();
           finished = true;
-          if (control->at_boundary(epoch * clocks + c + 1)) {
+          if (control->meet(epoch * clocks + c + 1)) {
             stopped = true;
             break;
           }
@@ -347,11 +348,10 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     } else if (start.clock == end_clock) {
       ps.server().run();  // the workers start and stop at once
     } else {
-      // Served until the workers stop at each boundary (see the workers' loop), then met there.
+      // Served until the workers stop where they meet (see the workers' loop), then met there.
       for (;;) {
-        ps.server().run();
-        const std::uint64_t boundary = control->next_boundary();
-        if (control->at_boundary(boundary) || boundary >= end_clock) break;
+        ps.server().run([&control] { control->poll(); });
+        if (control->meet(std::nullopt) || control->position().clock >= end_clock) break;
       }
     }
   } else {
