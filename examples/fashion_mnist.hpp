@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,6 +55,7 @@ struct Config {
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
   bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
+  std::string balance = "none";  // speed: split each clock's batch by the workers' measured speed
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
   std::string checkpoint;            // folder of checkpoints; empty: none
@@ -141,6 +143,10 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");
   app.add_flag("!--no-shared-memory", cfg.shared_memory,
                "Send every byte in point-to-point messages, also between ranks on one node");
+  app.add_option("--balance", cfg.balance,
+                 "Split each clock's global batch among the workers: none (equally) or speed (by their measured "
+                 "speed; --sync bsp)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "speed"}));
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
@@ -214,6 +220,10 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
   }
   if (cfg.evaluate_only != !cfg.load_model.empty()) {
     return cfg.evaluate_only ? "--evaluate-only needs --load-model FILE" : "--load-model works with --evaluate-only";
+  }
+  if (cfg.balance != "none" && cfg.sync != "bsp") {
+    return fmt::format("--balance {} works with --sync bsp: {} workers do not pass through clocks together",
+                       cfg.balance, cfg.sync);
   }
   if (cfg.slow_worker >= workers) {
     return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
@@ -347,7 +357,8 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   typename Server::Options options;
   options.servers = p.servers;
   options.seed = cfg.seed;
-  options.max_batch = hpcps::ps::worker_batch(cfg.batch, 0, p.workers);  // worker 0 gets the largest share
+  // Worker 0 gets the largest equal share; a balanced split may give any worker up to the whole batch.
+  options.max_batch = cfg.balance == "none" ? hpcps::ps::worker_batch(cfg.batch, 0, p.workers) : cfg.batch;
   options.wire = hpcps::ps::parse_wire_format(cfg.wire);
   options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
   options.piece_floats = cfg.piece_floats;
@@ -389,6 +400,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.checkpoint_every = hpcps::ps::parse_checkpoint_interval(cfg.checkpoint_every);
   train_options.checkpoint_keep = cfg.checkpoint_keep;
   train_options.stop_on_signals = true;
+  train_options.balance = cfg.balance == "speed" ? hpcps::ps::Balance::speed : hpcps::ps::Balance::none;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
       if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
@@ -422,6 +434,10 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                cfg.evaluate ? fmt::format("{:.4f}", report.test_accuracy) : std::string("not evaluated"),
                report.samples_per_second, report.train_seconds, report.wall_seconds,
                report.server_updates, report.server_wait, report.server_update, report.server_max_staleness);
+    if (!report.splits.empty()) {
+      fmt::print("split of the global batch among the workers: {} at the end, changed {} time(s)\n",
+                 fmt::join(report.splits.back().split, "/"), report.splits.size() - 1);
+    }
     if (!cfg.save_model.empty()) {
       hpcps::ps::save_model(cfg.save_model, p.network, ps.worker().parameters());
       fmt::print("model written to {}\n", cfg.save_model);
@@ -445,7 +461,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("servers", p.servers).field("servers_chosen", !cfg.servers);
       json.field("workers", ps.layout().workers()).field("threads", cfg.threads);
       json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
-      json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown);
+      json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown).field("balance", cfg.balance);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.field("shared_memory_requested", cfg.shared_memory);

@@ -46,6 +46,13 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
     json.end_object();
   }
   json.end_array();
+  json.key("splits").begin_array();  // with TrainOptions::balance: the split from each change on
+  for (const SplitChange& change : r.splits) {
+    json.begin_object().field("clock", change.clock).key("split").begin_array();
+    for (std::size_t samples : change.split) json.value(samples);
+    json.end_array().end_object();
+  }
+  json.end_array();
   json.key("evaluations").begin_array();
   for (const Evaluation& v : r.evaluations) {
     json.begin_object();

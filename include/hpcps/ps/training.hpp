@@ -28,6 +28,7 @@
 #include "hpcps/nn/batch_stats.hpp"
 #include "hpcps/nn/sample_position.hpp"
 #include "hpcps/ps/agreed_verdict.hpp"
+#include "hpcps/ps/balance.hpp"
 #include "hpcps/ps/checkpoint_interval.hpp"
 #include "hpcps/ps/checkpoint_writer.hpp"
 #include "hpcps/ps/layout.hpp"
@@ -59,6 +60,10 @@ struct TrainOptions {
   // gets the signal tells the others at once (ps/stop_notice.hpp); each worker stops after its
   // clock, and the checkpoint is of the fewest clocks any worker completed.
   bool stop_on_signals = false;
+  // Balance::speed (synchronous strategy): each clock's global batch is split among the workers
+  // in proportion to their measured speed, not equally (ps/balance.hpp); no part exceeds the
+  // ParameterServer's max_batch, so raise that to `batch` to let a fast worker take more.
+  Balance balance = Balance::none;
 };
 
 struct EpochReport {
@@ -104,6 +109,9 @@ struct TrainingReport {
   std::uint64_t clocks = 0;            // completed, those before a resume included
   std::string resumed_from;            // the checkpoint this run started from, if any
   int stop_signal = 0;                 // the signal that stopped training early, or 0
+  // With TrainOptions::balance: the split of a full global batch among the workers, from the
+  // first clock on and at every change (workers).
+  std::vector<SplitChange> splits;
 };
 
 // Worker `w`'s part of a global minibatch of `samples` (the epoch's last one may be short):
@@ -198,6 +206,12 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   const std::uint64_t end_clock = std::max<std::uint64_t>(
       start.clock, start.clock + (options.epochs * clocks) - std::min<std::uint64_t>(options.epochs * clocks, start.epoch * clocks + start.batch));
   const bool controlled = !options.checkpoint.empty() || options.stop_on_signals;
+  if (options.balance != Balance::none && !Server::sync_type::aggregates) {  // every rank knows it alike
+    throw CollectiveError(fmt::format("ps::train: balancing the split of each clock's batch needs the synchronous "
+                                      "strategy, not '{}' (its workers do not pass through clocks together)",
+                                      Server::sync_type::name),
+                          world.rank() == 0);
+  }
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0 and the servers must be able to write.
@@ -234,6 +248,8 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     }
     throw_if_any_rank(team, problem, "ps::train", "another worker rejected the options");
     data::Batcher batcher(train_set, data::Range{0, train_set.count}, options.batch, data_order_seed(options.seed));
+    std::optional<SpeedBalancer> balancer;
+    if (options.balance == Balance::speed) balancer.emplace(team, options.batch, ps.options().max_batch, start.clock);
 
     if (options.after_compute) {
       worker.set_after_compute([&options, w](std::size_t clock, double seconds) { options.after_compute(w, clock, seconds); });
@@ -268,7 +284,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       batcher.start_epoch(epoch);
       nn::BatchStats stats;
       for (std::size_t c = epoch == start.epoch ? start.batch : 0; c < clocks; ++c) {
-        const data::Range mine = worker_part(batcher.batch_count(c), w, workers);
+        const std::size_t in_clock = batcher.batch_count(c);
+        const data::Range mine = balancer ? balancer->part(in_clock, w) : worker_part(in_clock, w, workers);
+        const double computed_before = worker.times().compute;
         if (mine.size() > 0) {
           const data::BatchView b = batcher.part(c, mine);
           nn::set_sample_position(worker.network(), worker.workspace(), {epoch * clocks + c, mine.begin});
@@ -276,6 +294,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         } else {
           worker.step(nullptr, nullptr, 0);
         }
+        if (balancer) balancer->after_clock(epoch * clocks + c + 1, worker.times().compute - computed_before, mine.size());
         if constexpr (Server::sync_type::aggregates) {
           if (control && control->after_clock()) {
             stopped = true;  // every rank agreed to stop after this clock
@@ -336,6 +355,10 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       if constexpr (lockstep) team.barrier();
     }
     if (!finished) worker.finish();
+    if (balancer) {
+      balancer->finish();
+      report.splits = balancer->history();
+    }
     worker.set_after_compute({});  // it refers to `options`, which the caller may drop now
     report.gradient_pushes = worker.gradient_pushes();
     // Totals over all workers: every sample trained on, over the slowest worker's training time.

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Balancing the synchronous strategy: with one worker computing --slowdown times slower (the
+examples' --slow-worker, the last worker), does splitting each clock's global batch by the
+workers' measured speed (--balance speed) beat the static split, and what does it cost when all
+speeds are equal? Static and balanced BSP on the colocated layout (2 ranks, both workers) and the
+dedicated one (2 workers + 1 server), SSP (s = 2) and asynchronous training on the dedicated one,
+each configuration --repeats times, interleaved round-robin so machine noise spreads over all.
+
+Per run: the training seconds of all --epochs epochs (the slowest worker's: an asynchronous
+worker's epochs end at its own pace), those of the first 3 epochs (bsp only, whose workers move
+together), the training seconds until the test accuracy (evaluated on rank 0
+--evaluations-per-epoch times an epoch, evaluation time excluded) first reaches --target, the final
+accuracy, and the balanced runs' split over time. Writes JSON (--out),
+a PNG (--plot; needs python3-matplotlib) and a Markdown table (median, min-max).
+
+    /usr/bin/python3 bench/balance_study.py --build build --repeats 5
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from straggler_study import summarize  # noqa: E402
+
+# (layout, ranks, servers), then (label, sync flags) per strategy; SSP and async need a server.
+LAYOUTS = [("colocated", 2, 0), ("dedicated", 3, 1)]
+STRATEGIES = [("bsp static", ["--sync", "bsp"]), ("bsp balanced", ["--sync", "bsp", "--balance", "speed"]),
+              ("ssp s=2", ["--sync", "ssp", "--staleness", "2"]), ("async", ["--sync", "async"])]
+
+
+def configs():
+    out = []
+    for layout, ranks, servers in LAYOUTS:
+        for label, flags in STRATEGIES:
+            if servers == 0 and not label.startswith("bsp"):
+                continue
+            for slowed in (True, False):
+                if not slowed and not label.startswith("bsp"):
+                    continue  # equal speeds: the balancer's cost only
+                out.append((layout, ranks, servers, label, tuple(flags), slowed))
+    return out
+
+
+def run_once(args, config, report_path):
+    layout, ranks, servers, label, flags, slowed = config
+    workers = ranks - servers
+    cmd = ["mpiexec", "-iface", "lo", "-n", str(ranks), os.path.join(args.build, "examples", "fashion_mnist_mlp"),
+           "--servers", str(servers), "--epochs", str(args.epochs),
+           "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--report", report_path, *flags]
+    if slowed:
+        cmd += ["--slow-worker", str(workers - 1), "--slowdown", str(args.slowdown)]
+    env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout), OMP_NUM_THREADS="1")
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=args.timeout + 30)
+    with open(report_path) as f:
+        report = json.load(f)
+    hit = next((e["train_seconds"] for e in report["evaluations"] if e["test_accuracy"] >= args.target), None)
+    return {
+        "three_epochs_seconds": sum(e["seconds"] for e in report["epochs"][:3]),
+        "time_to_target_seconds": hit,
+        "final_test_accuracy": report["test_accuracy"],
+        "train_seconds": report["train_seconds"],
+        "splits": report.get("splits", []),
+        "curve": [[e["train_seconds"], e["test_accuracy"]] for e in report["evaluations"]],
+    }
+
+
+def fmt(summary, digits=1):
+    if summary is None:
+        return "not reached"
+    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--evaluations-per-epoch", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--slowdown", type=float, default=4.0)
+    p.add_argument("--target", type=float, default=0.88)
+    p.add_argument("--timeout", type=int, default=600)
+    p.add_argument("--out", default="bench/results/balance.json")
+    p.add_argument("--plot", default="bench/results/balance.png")
+    args = p.parse_args()
+
+    runs = {c: [] for c in configs()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for c in runs:
+                result = run_once(args, c, os.path.join(tmp, "report.json"))
+                runs[c].append(result)
+                t = result["time_to_target_seconds"]
+                print(f"repeat {r + 1}/{args.repeats} {c[0]:9} {c[3]:12} {'slowed' if c[5] else 'equal':6}: "
+                      f"training {result['train_seconds']:.1f} s, to {args.target}: "
+                      f"{'-' if t is None else f'{t:.1f} s'}, final {result['final_test_accuracy']:.4f}",
+                      file=sys.stderr, flush=True)
+
+    results = []
+    for c, rs in runs.items():
+        layout, ranks, servers, label, flags, slowed = c
+        results.append({
+            "layout": layout, "ranks": ranks, "servers": servers, "strategy": label, "flags": list(flags),
+            "slowed": slowed,
+            "train_seconds": summarize([x["train_seconds"] for x in rs]),
+            "three_epochs_seconds": summarize([x["three_epochs_seconds"] for x in rs]),
+            "time_to_target": summarize([x["time_to_target_seconds"] for x in rs]),
+            "reached_target": sum(x["time_to_target_seconds"] is not None for x in rs),
+            "final_test_accuracy": summarize([x["final_test_accuracy"] for x in rs]),
+            "runs": rs,
+        })
+    out = {"benchmark": "balance_study", "epochs": args.epochs, "repeats": args.repeats, "slowdown": args.slowdown,
+           "target": args.target, "slow_worker": "the last worker", "results": results}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+
+    def static_of(r):
+        return next(x for x in results if x["layout"] == r["layout"] and x["strategy"] == "bsp static"
+                    and x["slowed"] == r["slowed"])
+
+    print(f"| layout | strategy | worker slowed | {args.epochs} epochs, s | vs static bsp | first 3 epochs, s | "
+          f"to {args.target}, s | final test accuracy |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        base = static_of(r)["train_seconds"]["median"]
+        speedup = base / r["train_seconds"]["median"]
+        reached = "" if r["reached_target"] == args.repeats else f" [{r['reached_target']}/{args.repeats}]"
+        three = fmt(r["three_epochs_seconds"]) if r["strategy"].startswith("bsp") else "-"
+        print(f"| {r['layout']} ({r['ranks']} ranks) | {r['strategy']} | "
+              f"{f'{args.slowdown:g}x' if r['slowed'] else 'none'} | {fmt(r['train_seconds'])} | {speedup:.2f}x | "
+              f"{three} | {fmt(r['time_to_target'])}{reached} | {fmt(r['final_test_accuracy'], 4)} |")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not found (apt-get install python3-matplotlib): no plot", file=sys.stderr)
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    rows = [r for r in results if r["slowed"]] + [r for r in results if not r["slowed"]]
+    med = [r["train_seconds"]["median"] for r in rows]
+    err = [[r["train_seconds"]["median"] - r["train_seconds"]["min"] for r in rows],
+           [r["train_seconds"]["max"] - r["train_seconds"]["median"] for r in rows]]
+    colors = ["tab:red" if r["slowed"] else "tab:blue" for r in rows]
+    left.bar(range(len(rows)), med, yerr=err, capsize=3, color=colors)
+    left.set_xticks(range(len(rows)),
+                    [f"{r['layout'][:5]}\n{r['strategy']}\n{'slowed' if r['slowed'] else 'equal'}" for r in rows],
+                    fontsize=7)
+    left.set_ylabel(f"training seconds, {args.epochs} epochs (median, min-max)")
+    left.set_title(f"Worker slowed {args.slowdown:g}x (red) and equal speeds (blue), {args.repeats} runs each")
+    for r in results:
+        if r["strategy"] != "bsp balanced" or not r["slowed"]:
+            continue
+        splits = r["runs"][len(r["runs"]) // 2]["splits"]
+        if not splits:
+            continue
+        clocks = [s["clock"] for s in splits]
+        share = [s["split"][-1] / sum(s["split"]) for s in splits]
+        right.step(clocks, share, where="post", marker=".", label=f"{r['layout']} ({r['ranks']} ranks)")
+    right.axhline(1 / (args.slowdown + 1), color="grey", linestyle=":", linewidth=1,
+                  label=f"speed share 1/{args.slowdown + 1:g} (2 workers)")
+    right.set_xlabel("clock")
+    right.set_ylabel("slowed worker's share of the global batch")
+    right.set_title("Balanced split over time (one run)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    print(f"plot written to {args.plot}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+// Balancing the synchronous strategy (ps/balance.hpp): the proportional split in whole samples,
+// and under mpiexec a slowed worker's share shrinking while every sample of every epoch is still
+// used once and the update stays minibatch SGD over the same global batches; equal speeds keep
+// the static split and its bits; a strategy that cannot balance says so.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "hpcps/hpcps.hpp"
+#include "synthetic_data.hpp"
+
+namespace {
+
+using hpcps::ps::proportional_split;
+using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
+using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
+
+std::size_t sum(const std::vector<std::size_t>& v) { return std::accumulate(v.begin(), v.end(), std::size_t{0}); }
+
+}  // namespace
+
+TEST_CASE("proportional_split: whole samples, in proportion, within the bounds", "[balance]") {
+  CHECK(proportional_split(24, {1.0, 1.0, 1.0}, 1, 24) == std::vector<std::size_t>{8, 8, 8});
+  CHECK(proportional_split(25, {1.0, 1.0, 1.0}, 1, 25) == std::vector<std::size_t>{9, 8, 8});  // ties: lower index
+  CHECK(proportional_split(24, {4.0, 4.0, 1.0}, 1, 24) == std::vector<std::size_t>{11, 10, 3});  // 10.67, 10.67, 2.67
+  CHECK(proportional_split(24, {1.0, 0.0}, 1, 24) == std::vector<std::size_t>{23, 1});  // at least one sample each
+  CHECK(proportional_split(24, {10.0, 1.0, 1.0}, 1, 12) == std::vector<std::size_t>{12, 6, 6});  // capped, rest shared
+  CHECK(proportional_split(2, {1.0, 1.0, 1.0}, 1, 2) == std::vector<std::size_t>{1, 1, 0});  // fewer samples than parts
+  CHECK(proportional_split(7, {1.0, 1.0, 1.0}, 1, 1) == std::vector<std::size_t>{3, 2, 2});  // a cap under the mean
+  for (std::size_t total : {1u, 5u, 64u, 1000u}) {
+    for (const auto& weights : {std::vector<double>{1, 2, 3, 4}, std::vector<double>{0.01, 5, 5, 0.2}}) {
+      const auto split = proportional_split(total, weights, 1, total);
+      CHECK(sum(split) == total);
+      if (total >= 4) CHECK(*std::min_element(split.begin(), split.end()) >= 1);
+      for (std::size_t p = 0; p < split.size(); ++p) {
+        const double exact = static_cast<double>(total) * weights[p] / std::accumulate(weights.begin(), weights.end(), 0.0);
+        CHECK(std::abs(static_cast<double>(split[p]) - exact) < 2.0);  // one for rounding, one for the floor
+      }
+    }
+  }
+}
+
+namespace {
+
+// Two epochs of 301 samples in global batches of 24 (13 clocks each). The last worker, if `slow`
+// > 1, sleeps (slow - 1) times its compute time after each gradient, like the examples'
+// --slow-worker: a speed the balancer can measure (the network is large enough that compute, not
+// jitter, sets a clock's time).
+hpcps::ps::TrainingReport train(const hpcps::comm::Communicator& world, int servers, hpcps::ps::Balance balance,
+                                double slow, std::vector<float>& parameters) {
+  static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
+  hpcps::ps::TrainOptions t;
+  t.epochs = 2;
+  t.batch = 24;
+  t.seed = 4;
+  t.evaluate = false;
+  t.balance = balance;
+  const int workers = servers == 0 ? world.size() : world.size() - servers;
+  t.after_compute = [workers, slow](int w, std::size_t, double seconds) {
+    if (w == workers - 1 && slow > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>((slow - 1.0) * seconds));
+  };
+  Ps::Options o;
+  o.servers = servers;
+  o.max_batch = t.batch;  // a balanced part may be up to the whole batch
+  Ps ps(world, Net({64, 384, 384, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::MomentumSgd(0.05f));
+  const auto report = hpcps::ps::train(ps, data, nullptr, t);
+  if (ps.is_worker()) parameters = ps.worker().parameters();
+  return report;
+}
+
+// max |a - b| over max |b|.
+double difference_over_largest(const std::vector<float>& a, const std::vector<float>& b) {
+  double difference = 0.0, largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(b[i])));
+  }
+  return difference / largest;
+}
+
+std::vector<int> layouts(int ranks) {
+  std::vector<int> servers{0};  // colocated
+  if (ranks >= 3) servers.push_back(1);
+  return servers;
+}
+
+}  // namespace
+
+TEST_CASE("a slowed worker gets a smaller part, every sample is still used once, and the update is the same SGD",
+          "[balance][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs two workers");
+    return;
+  }
+  for (const int servers : layouts(world.size())) {
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
+    INFO(workers << " workers, " << servers << " servers");
+    std::vector<float> fixed, balanced;
+    const auto plain = train(world, servers, hpcps::ps::Balance::none, 5.0, fixed);
+    const auto report = train(world, servers, hpcps::ps::Balance::speed, 5.0, balanced);
+    if (world.rank() != 0) continue;
+    REQUIRE(!report.splits.empty());
+    CHECK(plain.splits.empty());
+    const auto& first = report.splits.front().split;
+    const auto& last = report.splits.back().split;
+    CHECK(report.splits.front().clock == 0);
+    CHECK(first[static_cast<std::size_t>(workers - 1)] == hpcps::ps::worker_batch(24, workers - 1, workers));
+    CAPTURE(last);
+    CHECK(sum(last) == 24);
+    CHECK(last.back() >= 1);
+    CHECK(last.back() < first.back());  // the slow worker's part shrank
+    for (const auto& change : report.splits) CHECK(sum(change.split) == 24);
+    for (const auto& e : report.epochs) CHECK(e.samples == 301);  // every sample, once per epoch
+    // The same global batches in the same order: the same SGD, up to the order of fp32 sums.
+    CHECK(difference_over_largest(balanced, fixed) < 1e-5);
+  }
+}
+
+TEST_CASE("equal speeds keep the static split, and then its bits", "[balance][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  for (const int servers : layouts(world.size())) {
+    if (servers == 0 && world.size() == 1) continue;
+    INFO(servers << " servers");
+    std::vector<float> fixed, balanced;
+    train(world, servers, hpcps::ps::Balance::none, 1.0, fixed);
+    const auto report = train(world, servers, hpcps::ps::Balance::speed, 1.0, balanced);
+    if (world.rank() != 0) continue;
+    CAPTURE(report.splits.size());
+    if (report.splits.size() == 1) {
+      CHECK(balanced == fixed);
+    } else {
+      // A shared machine's jitter moved the split after all: the same SGD still.
+      WARN("the split changed " << report.splits.size() - 1 << " time(s) with equal speeds");
+      CHECK(difference_over_largest(balanced, fixed) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a strategy whose workers do not pass through clocks together cannot balance, and says so",
+          "[balance][mpi][errors]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) return;
+  using AsyncPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Asynchronous, hpcps::optim::StandardSgd>;
+  AsyncPs::Options o;
+  o.servers = 1;
+  o.max_batch = 24;
+  AsyncPs ps(world, Net({12, 8, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::StandardSgd(0.1f));
+  hpcps::ps::TrainOptions t;
+  t.batch = 24;
+  t.balance = hpcps::ps::Balance::speed;
+  static const auto data = hpcps_test::synthetic(50, 12, 4, 1);
+  CHECK_THROWS_WITH(hpcps::ps::train(ps, data, nullptr, t),
+                    Catch::Contains("balancing the split of each clock's batch needs the synchronous strategy, not "
+                                    "'async'"));
+}
