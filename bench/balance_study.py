@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from straggler_study import summarize  # noqa: E402
+from straggler_study import fmt, pyplot, summarize  # noqa: E402
 
 # (layout, ranks, servers), then (label, sync flags) per strategy; SSP and async need a server.
 LAYOUTS = [("colocated", 2, 0), ("dedicated", 3, 1)]
@@ -65,12 +65,6 @@ def run_once(args, config, report_path):
         "splits": report.get("splits", []),
         "curve": [[e["train_seconds"], e["test_accuracy"]] for e in report["evaluations"]],
     }
-
-
-def fmt(summary, digits=1):
-    if summary is None:
-        return "not reached"
-    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
 
 
 def main():
@@ -131,14 +125,10 @@ def main():
         three = fmt(r["three_epochs_seconds"]) if r["strategy"].startswith("bsp") else "-"
         print(f"| {r['layout']} ({r['ranks']} ranks) | {r['strategy']} | "
               f"{f'{args.slowdown:g}x' if r['slowed'] else 'none'} | {fmt(r['train_seconds'])} | {speedup:.2f}x | "
-              f"{three} | {fmt(r['time_to_target'])}{reached} | {fmt(r['final_test_accuracy'], 4)} |")
+              f"{three} | {fmt(r['time_to_target'])}{reached} | {fmt(r['final_test_accuracy'], digits=4)} |")
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not found (apt-get install python3-matplotlib): no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     rows = [r for r in results if r["slowed"]] + [r for r in results if not r["slowed"]]

@@ -57,6 +57,25 @@ def summarize(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def fmt(summary, unit="", digits=1):
+    """'median (min-max)' of a summarize() result, or 'not reached'."""
+    if summary is None:
+        return "not reached"
+    return f"{summary['median']:.{digits}f}{unit} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a line on stderr) when it is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not found (apt-get install python3-matplotlib): no plot", file=sys.stderr)
+        return None
+    return plt
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build")
@@ -105,11 +124,6 @@ def main():
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
 
-    def fmt(summary, unit="", digits=1):
-        if summary is None:
-            return "not reached"
-        return f"{summary['median']:.{digits}f}{unit} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
-
     print(f"| strategy | slowed worker | time to {args.target} (s) | final test accuracy | samples/s | training s | largest staleness |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
@@ -118,12 +132,8 @@ def main():
               f"{fmt(r['final_test_accuracy'], digits=4)} | {fmt(r['samples_per_second'], digits=0)} | "
               f"{fmt(r['train_seconds'])} | {r['max_staleness']} |")
 
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not found (apt-get install python3-matplotlib): no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     labels = [label(s, k) for s, k in STRATEGIES]

@@ -36,6 +36,17 @@ inline double max_relative_difference(const std::vector<float>& a, const std::ve
   return worst;
 }
 
+// max |a - b| over max |b|: differences in the order of fp32 additions move each element by a
+// few ulps of the values it was summed from, so small elements are compared at the scale of the large.
+inline double difference_over_largest(const std::vector<float>& a, const std::vector<float>& b) {
+  double difference = 0.0, largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
+    largest = std::max(largest, std::abs(static_cast<double>(b[i])));
+  }
+  return difference / largest;
+}
+
 // FNV-1a over the bytes: equal on every worker iff their parameters are bitwise equal.
 inline std::uint64_t fingerprint(const std::vector<float>& v) {
   std::uint64_t h = 1469598103934665603ull;

@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
+#include "ps_reference.hpp"
 #include "synthetic_data.hpp"
 
 namespace {
 
 using hpcps::ps::proportional_split;
+using hpcps_test::difference_over_largest;
 using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
 using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
 
@@ -71,16 +73,6 @@ hpcps::ps::TrainingReport train(const hpcps::comm::Communicator& world, int serv
   const auto report = hpcps::ps::train(ps, data, nullptr, t);
   if (ps.is_worker()) parameters = ps.worker().parameters();
   return report;
-}
-
-// max |a - b| over max |b|.
-double difference_over_largest(const std::vector<float>& a, const std::vector<float>& b) {
-  double difference = 0.0, largest = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
-    largest = std::max(largest, std::abs(static_cast<double>(b[i])));
-  }
-  return difference / largest;
 }
 
 std::vector<int> layouts(int ranks) {

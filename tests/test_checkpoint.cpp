@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
+#include "ps_reference.hpp"
 #include "synthetic_data.hpp"
 
 namespace {
@@ -324,17 +325,6 @@ std::vector<float> whole_state(const hpcps::comm::Communicator& comm, Ps& ps) {
   return all;
 }
 
-// max |a - b| over max |b|: differences in the order of fp32 additions move each element by a
-// few ulps of the values it was summed from, so small elements are compared at the scale of the large.
-double difference_over_largest(const std::vector<float>& a, const std::vector<float>& b) {
-  double difference = 0.0, largest = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    difference = std::max(difference, std::abs(static_cast<double>(a[i]) - b[i]));
-    largest = std::max(largest, std::abs(static_cast<double>(b[i])));
-  }
-  return difference / largest;
-}
-
 }  // namespace
 
 TEST_CASE("a checkpoint resumes on another layout with every shard and state array in place", "[checkpoint][layout]") {
@@ -391,7 +381,7 @@ TEST_CASE("a checkpoint of 2 servers and 3 workers continues on other layouts wi
     Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(2, after_10), {}, momentum);
     // The three clocks left change the parameters well beyond rounding: the comparisons can fail.
     const auto before = whole_state(world, ps);
-    if (world.rank() == 0) CHECK(difference_over_largest(before, reference) > 1e-3);
+    if (world.rank() == 0) CHECK(hpcps_test::difference_over_largest(before, reference) > 1e-3);
   }
   struct Resumed {
     int ranks, servers;
@@ -411,7 +401,7 @@ TEST_CASE("a checkpoint of 2 servers and 3 workers continues on other layouts wi
       // Measured: 0 on 3 colocated ranks (the same three gradient sums), 1e-7 (one ulp of the
       // largest value) with 1 or 2 workers.
       if (r.servers == 2 && r.ranks == 5) CHECK(state == reference);  // the same layout: the same bits
-      CHECK(difference_over_largest(state, reference) < 1e-6);
+      CHECK(hpcps_test::difference_over_largest(state, reference) < 1e-6);
     }
   }
   remove_folders(world);

@@ -49,12 +49,7 @@ class RunControl {
       at_.batch = 0;
       ++at_.epoch;
     }
-    const int agreed = agreement_.exchange(flags());
-    const auto every = static_cast<std::uint64_t>(settings_.every.amount);
-    using Unit = CheckpointInterval::Unit;
-    const bool scheduled = (settings_.every.unit == Unit::clocks && at_.clock % every == 0) ||
-                           (settings_.every.unit == Unit::epochs && at_.batch == 0 && at_.epoch % every == 0);
-    return decide(agreed, scheduled);
+    return decide(agreement_.exchange(flags()));
   }
   // Every rank, after its last clock.
   void finish() {
@@ -69,9 +64,7 @@ class RunControl {
   bool is_boundary(std::uint64_t clock) const {
     if (clock == settings_.end_clock) return true;
     if (settings_.folder.empty()) return false;
-    const bool every_clocks = settings_.every.unit == CheckpointInterval::Unit::clocks &&
-                              clock % static_cast<std::uint64_t>(settings_.every.amount) == 0;
-    return clock % at_.clocks_per_epoch == 0 || every_clocks;
+    return clock % at_.clocks_per_epoch == 0 || on_clock_interval(clock);
   }
   // A worker of such a run, after each clock: true when it must stop now and meet the others, a
   // signal having reached this rank (it tells every other rank) or another one.
@@ -96,12 +89,7 @@ class RunControl {
     at_.clock = agreed_clock;
     at_.epoch = agreed_clock / at_.clocks_per_epoch;
     at_.batch = agreed_clock % at_.clocks_per_epoch;
-    const int agreed = comm.allreduce_value(flags(), MPI_BOR);
-    const auto every = static_cast<std::uint64_t>(settings_.every.amount);
-    using Unit = CheckpointInterval::Unit;
-    const bool scheduled = (settings_.every.unit == Unit::clocks && agreed_clock % every == 0) ||
-                           (settings_.every.unit == Unit::epochs && at_.batch == 0 && at_.epoch % every == 0);
-    return decide(agreed, scheduled);
+    return decide(comm.allreduce_value(flags(), MPI_BOR));
   }
 
   const CheckpointPosition& position() const { return at_; }
@@ -123,8 +111,17 @@ class RunControl {
     }
     return mine;
   }
-  // On the flags every rank agreed on: write a checkpoint if one is due; true to stop.
-  bool decide(int agreed, bool scheduled) {
+  // Whether an interval in clocks falls after clock `clock`.
+  bool on_clock_interval(std::uint64_t clock) const {
+    return settings_.every.unit == CheckpointInterval::Unit::clocks &&
+           clock % static_cast<std::uint64_t>(settings_.every.amount) == 0;
+  }
+  // At the current position, on the flags every rank agreed on: write a checkpoint if one is due
+  // (the interval, a stop, the end, rank 0's wall clock); true to stop.
+  bool decide(int agreed) {
+    const bool scheduled = on_clock_interval(at_.clock) ||
+                           (settings_.every.unit == CheckpointInterval::Unit::epochs && at_.batch == 0 &&
+                            at_.epoch % static_cast<std::uint64_t>(settings_.every.amount) == 0);
     const bool stop = (agreed & ClockAgreement::stop) != 0;
     if (!settings_.folder.empty() &&
         (scheduled || stop || at_.clock == settings_.end_clock || (agreed & ClockAgreement::checkpoint))) {
