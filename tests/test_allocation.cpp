@@ -193,3 +193,41 @@ TEST_CASE("no allocation in the steady-state step with 16-bit pushes and pulls",
     }
   }
 }
+
+// Balancing (ps/balance.hpp) runs every clock: the parts of full and short batches and the speed
+// exchange allocate nothing; only a change of the split, recorded in history(), may.
+TEST_CASE("no allocation in the speed balancer's clocks", "[balance][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a split to balance)");
+    return;
+  }
+  const int w = world.rank();
+  const std::size_t batch = 8 * static_cast<std::size_t>(world.size());
+  hpcps::ps::SpeedBalancer balancer(world, batch, batch, 0);
+  // The last worker runs 4x slower from clock 20 to 59: the split moves away from it and back.
+  const auto seconds = [&](std::uint64_t clock, std::size_t samples) {
+    const bool slow = w == world.size() - 1 && clock >= 20 && clock < 60;
+    return static_cast<double>(samples) / (slow ? 250.0 : 1000.0);
+  };
+  std::uint64_t clock = 0;
+  std::size_t used = 0;  // read afterwards, so the short parts are not optimised away
+  const auto run_clock = [&] {
+    const hpcps::data::Range full = balancer.part(batch, w);
+    // Short batches of changing sizes: each size is split anew.
+    used += balancer.part(batch - 1 - clock % 3, w).size();
+    balancer.after_clock(clock + 1, seconds(clock, full.size()), full.size());
+    ++clock;
+  };
+  for (int warm_up = 0; warm_up < 5; ++warm_up) run_clock();
+  const std::size_t changes_before = balancer.history().size();
+  const long before = hpcps_test::allocations.load();
+  while (clock < 100) run_clock();
+  const long counted = hpcps_test::allocations.load() - before;
+  const auto changes = static_cast<long>(balancer.history().size() - changes_before);
+  balancer.finish();
+  INFO(counted << " allocations in " << clock - 5 << " clocks with " << changes << " changes of the split; " << used
+               << " samples in short parts");
+  CHECK(changes >= 2);  // away from the slow worker and back
+  CHECK(counted <= changes);
+}

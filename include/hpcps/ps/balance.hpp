@@ -32,17 +32,33 @@ enum class Balance { none, speed };
 
 inline const char* balance_name(Balance b) { return b == Balance::speed ? "speed" : "none"; }
 
-// `total` samples split in proportion to `weights`, in whole samples: each part at least `low`
-// (when total >= parts * low) and at most `high`; largest remainders first, ties to the lower
-// index, so every rank computes the same split from the same numbers.
-inline std::vector<std::size_t> proportional_split(std::size_t total, const std::vector<double>& weights,
-                                                   std::size_t low, std::size_t high) {
+// The working vectors of proportional_split, kept by a caller that splits every clock so that
+// splitting allocates nothing once they have the size of the split.
+struct SplitScratch {
+  std::vector<char> fixed;
+  std::vector<double> share;
+  std::vector<std::size_t> extra, order;
+  explicit SplitScratch(std::size_t parts = 0) : fixed(parts), share(parts), extra(parts), order(parts) {}
+};
+
+// `total` samples split in proportion to `weights`, in whole samples, into `out`: each part at
+// least `low` (when total >= parts * low) and at most `high`; largest remainders first, ties to
+// the lower index, so every rank computes the same split from the same numbers.
+inline void proportional_split(std::size_t total, const std::vector<double>& weights, std::size_t low,
+                               std::size_t high, std::vector<std::size_t>& out, SplitScratch& scratch) {
   const std::size_t parts = weights.size();
-  std::vector<std::size_t> out(parts, 0);
-  if (parts == 0) return out;
+  out.assign(parts, 0);
+  if (parts == 0) return;
   if (total < parts * low) low = 0;
   high = std::max(high, (total + parts - 1) / parts);  // a cap below the mean cannot be met
-  std::vector<char> fixed(parts, 0);
+  auto& fixed = scratch.fixed;
+  auto& share = scratch.share;
+  auto& extra = scratch.extra;
+  auto& order = scratch.order;
+  fixed.assign(parts, 0);
+  share.resize(parts);
+  extra.resize(parts);
+  order.resize(parts);
   std::size_t left = total;
   for (std::size_t p = 0; p < parts; ++p) out[p] = low;
   left -= parts * low;
@@ -50,8 +66,8 @@ inline std::vector<std::size_t> proportional_split(std::size_t total, const std:
   for (;;) {
     double weight = 0.0;
     for (std::size_t p = 0; p < parts; ++p) weight += fixed[p] ? 0.0 : std::max(weights[p], 0.0);
-    std::vector<double> share(parts, 0.0);
-    std::vector<std::size_t> extra(parts, 0);
+    std::fill(share.begin(), share.end(), 0.0);
+    std::fill(extra.begin(), extra.end(), std::size_t{0});
     std::size_t given = 0, open = 0;
     for (std::size_t p = 0; p < parts; ++p) {
       if (fixed[p]) continue;
@@ -62,10 +78,12 @@ inline std::vector<std::size_t> proportional_split(std::size_t total, const std:
       given += extra[p];
     }
     if (open == 0) break;
-    std::vector<std::size_t> order(parts);
+    // The index breaks ties, as a stable sort of 0..parts-1 would, and std::sort needs no buffer
+    // (std::stable_sort allocates one).
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return share[a] - static_cast<double>(extra[a]) > share[b] - static_cast<double>(extra[b]);
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const double ra = share[a] - static_cast<double>(extra[a]), rb = share[b] - static_cast<double>(extra[b]);
+      return ra > rb || (ra == rb && a < b);
     });
     for (std::size_t i = 0; given < left && i < parts; ++i) {
       if (fixed[order[i]]) continue;
@@ -88,6 +106,13 @@ inline std::vector<std::size_t> proportional_split(std::size_t total, const std:
       break;
     }
   }
+}
+
+inline std::vector<std::size_t> proportional_split(std::size_t total, const std::vector<double>& weights,
+                                                   std::size_t low, std::size_t high) {
+  std::vector<std::size_t> out;
+  SplitScratch scratch;
+  proportional_split(total, weights, low, high, out, scratch);
   return out;
 }
 
@@ -106,21 +131,28 @@ class SpeedBalancer {
                 std::uint64_t first_clock, double smoothing = 0.1, double hysteresis = 0.1)
       : comm_(workers.duplicate()), batch_(global_batch), max_part_(max_part), smoothing_(smoothing),
         hysteresis_(hysteresis), speed_(static_cast<std::size_t>(workers.size()), 0.0),
-        mine_(2 * speed_.size(), 0.0), all_(2 * speed_.size(), 0.0) {
+        mine_(2 * speed_.size(), 0.0), all_(2 * speed_.size(), 0.0), split_(speed_.size()),
+        candidate_(speed_.size()), short_split_(speed_.size()), weights_(speed_.size()), short_samples_(global_batch),
+        scratch_(speed_.size()) {
     const std::size_t w_count = speed_.size();
-    split_.resize(w_count);
     for (std::size_t w = 0; w < w_count; ++w) split_[w] = data::shard_range(global_batch, w, w_count).size();
+    history_.reserve(64);  // hysteresis keeps changes few; growing past this is the only other cost
     history_.push_back({first_clock, split_});
   }
   SpeedBalancer(const SpeedBalancer&) = delete;
   SpeedBalancer& operator=(const SpeedBalancer&) = delete;
 
-  // Worker w's part of a global batch of `samples` (the epoch's last one may be short).
-  data::Range part(std::size_t samples, int worker) const {
+  // Worker w's part of a global batch of `samples` (the epoch's last one may be short). Not const:
+  // a short batch's split is kept until the split or the short size changes (once an epoch).
+  data::Range part(std::size_t samples, int worker) {
     const auto w = static_cast<std::size_t>(worker);
     if (samples == batch_) return range_of(split_, w);
-    std::vector<double> weights(split_.begin(), split_.end());
-    return range_of(proportional_split(samples, weights, 1, max_part_), w);
+    if (samples != short_samples_) {
+      std::copy(split_.begin(), split_.end(), weights_.begin());
+      proportional_split(samples, weights_, 1, max_part_, short_split_, scratch_);
+      short_samples_ = samples;
+    }
+    return range_of(short_split_, w);
   }
 
   // Every worker after each clock, `done` clocks completed since training began: its compute
@@ -169,9 +201,10 @@ class SpeedBalancer {
       speed_[w] = speed_[w] == 0.0 ? speed : (1.0 - smoothing_) * speed_[w] + smoothing_ * speed;
     }
     if (std::any_of(speed_.begin(), speed_.end(), [](double s) { return s <= 0.0; })) return;
-    auto candidate = proportional_split(batch_, speed_, 1, max_part_);
-    if (candidate != split_ && predicted(candidate) < (1.0 - hysteresis_) * predicted(split_)) {
-      split_ = std::move(candidate);
+    proportional_split(batch_, speed_, 1, max_part_, candidate_, scratch_);
+    if (candidate_ != split_ && predicted(candidate_) < (1.0 - hysteresis_) * predicted(split_)) {
+      split_.swap(candidate_);
+      short_samples_ = batch_;  // the cached short split followed the old split
       history_.push_back({next_clock, split_});
     }
   }
@@ -182,6 +215,11 @@ class SpeedBalancer {
   std::vector<double> speed_;
   std::vector<double> mine_, all_;
   std::vector<std::size_t> split_;
+  // Sized once, in the constructor: splitting every clock then allocates nothing.
+  std::vector<std::size_t> candidate_, short_split_;
+  std::vector<double> weights_;  // split_ as the short batch's weights
+  std::size_t short_samples_;    // short_split_ is of this many samples; batch_ when none is
+  SplitScratch scratch_;
   std::vector<SplitChange> history_;
   comm::Request request_;
   bool active_ = false;
