@@ -13,7 +13,13 @@ together), the training seconds until the test accuracy (evaluated on rank 0
 accuracy, and the balanced runs' split over time. Writes JSON (--out),
 a PNG (--plot; needs python3-matplotlib) and a Markdown table (median, min-max).
 
+--scenario varying: the straggler comes and goes (--slow-period clocks slow, as many at full
+speed), static and balanced BSP with the worker slowed only, and the plot is the balanced split
+over time with the slow phases shaded: how fast the balancer follows a speed that changes.
+--smoke: one repetition of one epoch, written into the temporary folder, not bench/results.
+
     /usr/bin/python3 bench/balance_study.py --build build --repeats 5
+    /usr/bin/python3 bench/balance_study.py --build build --repeats 5 --scenario varying
 """
 import argparse
 import json
@@ -31,15 +37,15 @@ STRATEGIES = [("bsp static", ["--sync", "bsp"]), ("bsp balanced", ["--sync", "bs
               ("ssp s=2", ["--sync", "ssp", "--staleness", "2"]), ("async", ["--sync", "async"])]
 
 
-def configs():
+def configs(scenario):
     out = []
     for layout, ranks, servers in LAYOUTS:
         for label, flags in STRATEGIES:
-            if servers == 0 and not label.startswith("bsp"):
+            if (servers == 0 or scenario == "varying") and not label.startswith("bsp"):
                 continue
             for slowed in (True, False):
-                if not slowed and not label.startswith("bsp"):
-                    continue  # equal speeds: the balancer's cost only
+                if not slowed and (scenario == "varying" or not label.startswith("bsp")):
+                    continue  # equal speeds: the balancer's cost only, measured by the steady scenario
                 out.append((layout, ranks, servers, label, tuple(flags), slowed))
     return out
 
@@ -52,6 +58,8 @@ def run_once(args, config, report_path):
            "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--report", report_path, *flags]
     if slowed:
         cmd += ["--slow-worker", str(workers - 1), "--slowdown", str(args.slowdown)]
+        if args.scenario == "varying":
+            cmd += ["--slow-period", str(args.slow_period)]
     env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout), OMP_NUM_THREADS="1")
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=args.timeout + 30)
     with open(report_path) as f:
@@ -63,6 +71,7 @@ def run_once(args, config, report_path):
         "final_test_accuracy": report["test_accuracy"],
         "train_seconds": report["train_seconds"],
         "splits": report.get("splits", []),
+        "clocks": report["checkpoints"]["clocks"],
         "curve": [[e["train_seconds"], e["test_accuracy"]] for e in report["evaluations"]],
     }
 
@@ -70,17 +79,29 @@ def run_once(args, config, report_path):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build")
+    p.add_argument("--scenario", choices=["steady", "varying"], default="steady")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--evaluations-per-epoch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--smoke", action="store_true", help="1 repetition of 1 epoch, results into the temporary folder")
     p.add_argument("--slowdown", type=float, default=4.0)
+    # 150 clocks: an epoch (938 clocks) sees six phases, each long enough for the split to settle
+    # (the speeds are averaged over about 20 clocks) before the speed turns again.
+    p.add_argument("--slow-period", type=int, default=150, help="varying: clocks slow, then as many at full speed")
     p.add_argument("--target", type=float, default=0.88)
     p.add_argument("--timeout", type=int, default=600)
-    p.add_argument("--out", default="bench/results/balance.json")
-    p.add_argument("--plot", default="bench/results/balance.png")
+    p.add_argument("--out", help="default: bench/results/balance.json, balance_varying.json with --scenario varying")
+    p.add_argument("--plot", help="default: --out with .png")
     args = p.parse_args()
+    name = "balance" if args.scenario == "steady" else "balance_varying"
+    if args.smoke:
+        # A smoke run is no measurement: it must not replace the results in bench/results.
+        args.repeats, args.epochs = 1, 1
+        args.out = args.out or os.path.join(tempfile.gettempdir(), f"{name}_smoke.json")
+    args.out = args.out or f"bench/results/{name}.json"
+    args.plot = args.plot or os.path.splitext(args.out)[0] + ".png"
 
-    runs = {c: [] for c in configs()}
+    runs = {c: [] for c in configs(args.scenario)}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for c in runs:
@@ -105,7 +126,8 @@ def main():
             "final_test_accuracy": summarize([x["final_test_accuracy"] for x in rs]),
             "runs": rs,
         })
-    out = {"benchmark": "balance_study", "epochs": args.epochs, "repeats": args.repeats, "slowdown": args.slowdown,
+    out = {"benchmark": "balance_study", "scenario": args.scenario, "epochs": args.epochs, "repeats": args.repeats,
+           "slowdown": args.slowdown, "slow_period": args.slow_period if args.scenario == "varying" else 0,
            "target": args.target, "slow_worker": "the last worker", "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
@@ -129,6 +151,9 @@ def main():
 
     plt = pyplot()
     if plt is None:
+        return
+    if args.scenario == "varying":
+        plot_varying(plt, args, results)
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     rows = [r for r in results if r["slowed"]] + [r for r in results if not r["slowed"]]
@@ -157,6 +182,36 @@ def main():
     right.set_ylabel("slowed worker's share of the global batch")
     right.set_title("Balanced split over time (one run)")
     right.legend()
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    print(f"plot written to {args.plot}", file=sys.stderr)
+
+
+def plot_varying(plt, args, results):
+    """The slowed worker's share of the global batch over the clocks of the median balanced run of
+    each layout, with the clocks at which it is slow shaded."""
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    last_clock = 0
+    for r in results:
+        if r["strategy"] != "bsp balanced":
+            continue
+        ordered = sorted(r["runs"], key=lambda x: x["train_seconds"])
+        run = ordered[len(ordered) // 2]
+        splits, end = run["splits"], run["clocks"]
+        last_clock = max(last_clock, end)
+        clocks = [s["clock"] for s in splits] + [end]
+        share = [s["split"][-1] / sum(s["split"]) for s in splits]
+        ax.step(clocks, share + share[-1:], where="post", label=f"{r['layout']} ({r['ranks']} ranks)")
+    for start in range(0, last_clock, 2 * args.slow_period):
+        ax.axvspan(start, min(start + args.slow_period, last_clock), color="tab:red", alpha=0.12, linewidth=0)
+    ax.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="static split (1/2)")
+    ax.set_xlim(0, last_clock)
+    ax.set_ylim(0, 0.6)
+    ax.set_xlabel(f"clock (shaded: worker slowed {args.slowdown:g}x, {args.slow_period} clocks on, "
+                  f"{args.slow_period} off)")
+    ax.set_ylabel("slowed worker's share of the global batch")
+    ax.set_title(f"Balanced split under a straggler that comes and goes (median run of {args.repeats})")
+    ax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(args.plot, dpi=110)
     print(f"plot written to {args.plot}", file=sys.stderr)

@@ -58,6 +58,7 @@ struct Config {
   std::string balance = "none";  // speed: split each clock's batch by the workers' measured speed
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
+  int slow_period = 0;  // clocks slow, then as many at full speed, alternating; 0: slow throughout
   std::string checkpoint;            // folder of checkpoints; empty: none
   std::string checkpoint_every = "1epoch";
   std::size_t checkpoint_keep = 2;
@@ -71,6 +72,13 @@ inline float default_lr(const std::string& optimizer) {
   if (optimizer == "adam") return 0.001f;
   if (optimizer == "sgd") return 0.1f;
   return 0.02f;  // momentum, nesterov
+}
+
+// Straggler study: whether the slowed worker is slow at `clock` (after_compute's: this process's
+// clocks, from 0). A period of N clocks alternates N slow clocks with N at full speed, starting
+// slow, so a balanced split has to follow a speed that changes; 0 keeps the worker slow throughout.
+inline bool slow_at(std::size_t clock, int period) {
+  return period <= 0 || (clock / static_cast<std::size_t>(period)) % 2 == 0;
 }
 
 // The rank the launcher gave this process, before MPI is initialised: usage errors found while
@@ -150,6 +158,10 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
+  app.add_option("--slow-period", cfg.slow_period,
+                 "Straggler study: the slow worker is slow for N clocks, then at full speed for N, alternating "
+                 "(0: slow throughout)")
+      ->capture_default_str()->check(CLI::Range(0, 1000000000));
   app.add_option("--checkpoint", cfg.checkpoint,
                  "Write checkpoints into this folder (checked for writing before training; with ssp and async "
                  "the workers wait for each other at every epoch end and every N clocks of a clock interval)");
@@ -227,6 +239,9 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
   }
   if (cfg.slow_worker >= workers) {
     return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
+  }
+  if (cfg.slow_period > 0 && cfg.slow_worker < 0) {
+    return fmt::format("--slow-period {} works with --slow-worker W: no worker is slowed", cfg.slow_period);
   }
   return {};
 }
@@ -375,7 +390,12 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                cfg.sync == "ssp" ? fmt::format(" (staleness {})", cfg.staleness) : std::string(), cfg.optimizer,
                *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire,
                describe_transport(ps));
-    if (cfg.slow_worker >= 0) fmt::print("worker {} is slowed down {}x\n", cfg.slow_worker, cfg.slowdown);
+    if (cfg.slow_worker >= 0) {
+      fmt::print("worker {} is slowed down {}x{}\n", cfg.slow_worker, cfg.slowdown,
+                 cfg.slow_period > 0 ? fmt::format(" for {0} clocks, then at full speed for {0}, alternating",
+                                                   cfg.slow_period)
+                                     : std::string());
+    }
     if (ps.resumed()) {
       const auto& m = ps.resumed()->manifest;
       fmt::print("resumed from {}: clock {}, epoch {}, batch {} of {}\n", ps.resumed()->path, m.clock, m.epoch + 1,
@@ -402,8 +422,10 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.stop_on_signals = true;
   train_options.balance = cfg.balance == "speed" ? hpcps::ps::Balance::speed : hpcps::ps::Balance::none;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
-    train_options.after_compute = [&cfg](int w, std::size_t, double seconds) {
-      if (w == cfg.slow_worker) std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
+    train_options.after_compute = [&cfg](int w, std::size_t clock, double seconds) {
+      if (w == cfg.slow_worker && slow_at(clock, cfg.slow_period)) {
+        std::this_thread::sleep_for(std::chrono::duration<double>((cfg.slowdown - 1.0) * seconds));
+      }
     };
   }
   const bool checkpointing = !cfg.checkpoint.empty();
@@ -462,6 +484,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("workers", ps.layout().workers()).field("threads", cfg.threads);
       json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown).field("balance", cfg.balance);
+      json.field("slow_period", cfg.slow_period);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.field("shared_memory_requested", cfg.shared_memory);
