@@ -28,10 +28,20 @@ bench/results/scaling.json), printing predicted against measured seconds per clo
 above 20%, and (2) extrapolates to W = 8 .. 1024 workers, one rank per node, for the parameter server
 with S = 1, W/8, W/4 and W servers and the colocated layout against ring allreduce, under this
 machine's measured alpha/beta and under an assumed cluster network (--cluster-alpha,
---cluster-gbits), with the work and depth of the aggregation (flat, sharded, tree, ring).
+--cluster-gbits), with the work and depth of the aggregation (flat, sharded, tree, ring), and
+(3) predicts a clock with workers of different speeds, static split (B/W each) against the
+balanced one (samples in proportion to speed), against bench/balance_study.py's runs with one
+worker slowed (bench/results/balance.json; --heterogeneous-only does this part alone):
+
+    T = max( max_w s_w t_c(b_w),  f x (1/W) sum_w t_c(b_w) ) + T_comm
+
+with worker w slowed s_w times (its part takes s_w t_c(b_w), fixed costs included), f the measured
+oversubscription slowdown (1 when the ranks fit the cores) and T_comm as above, the same for every
+split.
 
     mpiexec -n 2 build/bench/machine_rates --out bench/results/machine_rates.json
-    bench/model.py                      # reads bench/results/{machine_rates,scaling}.json
+    bench/model.py                      # reads bench/results/{machine_rates,scaling,balance}.json
+    bench/model.py --heterogeneous-only  # bench/results/model_heterogeneous.json, nothing else written
     bench/model.py --scaling /tmp/fake_scaling.json --out /tmp/model.json   # smoke
 
 Writes JSON (--out), bench/results/model_validation.png and model_extrapolation.png (matplotlib).
@@ -164,6 +174,19 @@ class Rates:
             source = "measured" if batch in bs else "interpolated"
         return g + e, {"gemm_seconds": g, "elementwise_seconds": e, "gemm_gflops": flops / g / 1e9,
                        "threads": key[1], "source": source}
+
+    def gradient_seconds_small(self, sizes, batch, threads=1):
+        """gradient_seconds, except below the smallest measured batch: there the straight line
+        through the whole gradient's times at the two smallest measured batches, which keeps the
+        fixed cost of a gradient call (gradient_seconds scales the smallest batch's time down in
+        proportion, as if a call cost nothing of its own). A balanced split gives a slow worker a
+        few samples, where that fixed cost is most of its time."""
+        rows = self.compute.get((tuple(sizes), threads))
+        if not rows or len(rows) < 2 or batch >= rows[0]["batch"]:
+            return self.gradient_seconds(sizes, batch, threads)[0]
+        (b0, t0), (b1, t1) = [(r["batch"], r["gradient_seconds"]["median"]) for r in rows[:2]]
+        slope = (t1 - t0) / (b1 - b0)
+        return max(t0 - (b0 - batch) * slope, 0.0) if batch > 0 else 0.0
 
     def kernel_seconds(self, kernel, elements, arrays, threads=1):
         """Seconds of a streaming kernel over `elements` floats per array: its traffic over the
@@ -503,6 +526,271 @@ def print_work_depth(ext, workers_list):
 
 
 # ---------------------------------------------------------------------------------------------
+# Heterogeneous workers: the static and the balanced split of a global batch
+
+
+def static_split(batch, workers):
+    """The static split (data::shard_range): B/W each, the first B mod W workers one more."""
+    return [batch // workers + (1 if w < batch % workers else 0) for w in range(workers)]
+
+
+def proportional_split(total, weights, low=1):
+    """ps::proportional_split without a cap: each part `low` samples (when total >= parts x low),
+    the rest in proportion to `weights`, whole samples by largest remainders, ties to the lower
+    index."""
+    parts = len(weights)
+    if total < parts * low:
+        low = 0
+    left = total - parts * low
+    weight = sum(max(w, 0.0) for w in weights)
+    share = [left * max(w, 0.0) / weight if weight > 0 else left / parts for w in weights]
+    extra = [int(s) for s in share]
+    given = sum(extra)
+    for p in sorted(range(parts), key=lambda p: (-(share[p] - extra[p]), p)):
+        if given >= left:
+            break
+        extra[p] += 1
+        given += 1
+    return [low + e for e in extra]
+
+
+def equal_time_split(total, part_seconds, workers, low=1):
+    """The whole-sample split whose slowest part is shortest: every worker `low` samples, then one
+    sample at a time to the worker whose part, with it, would still end first (greedy; optimal for
+    part times that grow with the samples). This is where ps::SpeedBalancer settles: it moves
+    samples until the measured part times are equal, fixed costs included."""
+    split = [low] * workers
+    for _ in range(total - low * workers):
+        w = min(range(workers), key=lambda w: (part_seconds(w, split[w] + 1), w))
+        split[w] += 1
+    return split
+
+
+def balancer_rule_split(total, part_seconds, start, hysteresis=0.1, low=1):
+    """Where ps::SpeedBalancer's rule stops when every part takes exactly part_seconds(w, b): from
+    the split `start`, speeds v_w = b_w / part_seconds(w, b_w), a candidate split in proportion to
+    them (whole samples, each >= low), adopted only when its predicted clock max_w b'_w / v_w is
+    more than `hysteresis` below the current max_w b_w / v_w; repeated until it is not. No noise
+    and no smoothing (the balancer's speeds are averages over about 20 clocks: this is where they
+    converge). With fixed costs the rule stops short of equal times: a speed in samples per second
+    overstates what fewer samples save."""
+    split = list(start)
+    for _ in range(4 * total):
+        times = [part_seconds(w, b) for w, b in enumerate(split)]
+        speeds = [b / t if t > 0 else 0.0 for b, t in zip(split, times)]
+        candidate = proportional_split(total, speeds, low)
+        predicted = lambda sp: max(b / v for b, v in zip(sp, speeds) if b > 0)
+        if candidate == split or not predicted(candidate) < (1.0 - hysteresis) * predicted(split):
+            break
+        split = candidate
+    return split
+
+
+def heterogeneous_clock(rates, net, scheduler, sizes, split, slowdowns, servers, optimizer, cores,
+                        shared_memory=True, factor=None):
+    """Seconds of one synchronous clock in which worker w computes split[w] samples slowdowns[w]
+    times slower than the measured gradient t_c(b) (Rates.gradient_seconds_small). The examples'
+    --slowdown s sleeps (s - 1) x the measured gradient seconds after each gradient, so a slowed
+    part takes s x t_c(b), fixed costs included:
+
+        T = max( max_w s_w t_c(b_w),  f x (1/W) sum_w t_c(b_w) ) + T_comm
+
+    The first term is the slowest part. The second is the workers' CPU work over the cores it
+    gets: f is the measured oversubscription slowdown of a superstep (bench/scheduler_rates) at
+    c = the mean work, 1 when the ranks fit the cores (then the term never binds). Only the
+    computing counts: a sleeping worker holds no core. T_comm (push, server, pull: ps_clock with
+    that f) does not depend on the split: a server sums W slices of its shard whatever samples
+    they came from. `factor` replaces the measured f."""
+    workers = len(split)
+    layout = "colocated" if servers == 0 else "dedicated"
+    ranks = workers + servers
+    params = parameter_count(sizes)
+    work = [rates.gradient_seconds_small(sizes, b) for b in split]
+    parts = [s * t for s, t in zip(slowdowns, work)]
+    mean_work = sum(work) / workers
+    rule = "given" if factor is not None else "measured"
+    if factor is None and scheduler is not None:
+        factor = scheduler.factor(layout, ranks, mean_work)
+    if factor is None:
+        factor, rule = share(ranks, cores, whole=True), "busiest"
+    clock = ps_clock(rates, net, params, workers, servers, mean_work, optimizer, 1, "measured",
+                     shared_memory=shared_memory, measured_factor=factor)
+    comm = clock["total"] - clock["compute"]
+    slowest, cores_bound = max(parts), factor * mean_work
+    compute = max(slowest, cores_bound)
+    return {"split": list(split), "parts": parts, "work": work, "slowest_part": slowest,
+            "cores_bound": cores_bound, "bound": "slowest part" if slowest >= cores_bound else "cores",
+            "oversubscription_factor": factor, "oversubscription_rule": rule, "compute": compute,
+            "push": clock["push"], "server": clock["server"], "pull": clock["pull"], "comm": comm,
+            "total": compute + comm}
+
+
+def measured_split_prediction(predict, run, clocks):
+    """The model at the splits a balanced run actually used (its split history, each split
+    weighted by the clocks it lasted): the mean predicted clock."""
+    history = sorted(run.get("splits") or [], key=lambda s: s["clock"])
+    if not history:
+        return None
+    total = 0.0
+    for here, after in zip(history, history[1:] + [{"clock": clocks}]):
+        total += max(0, min(after["clock"], clocks) - here["clock"]) * predict(here["split"])["total"]
+    return total / clocks
+
+
+def heterogeneous(rates, scheduler, balance, optimizer, cores, sizes, global_batch, train_samples,
+                  comm="table"):
+    """Predicted against measured seconds per clock of bench/balance_study.py's BSP runs (static
+    and balanced split, one worker slowed or none). Measured: each run's training seconds over its
+    clocks (the run's `clocks`, else epochs x ceil(train_samples / global_batch), the example's
+    ps::clocks_per_epoch)."""
+    if balance.get("slow_period"):
+        return None  # a straggler that comes and goes: not modelled (one speed per worker)
+    net = Network("this machine", rates.message_table if comm == "table" else rates.message_fit, cores)
+    slowdown = float(balance.get("slowdown", 1.0))
+    default_clocks = balance["epochs"] * math.ceil(train_samples / global_batch)
+    t_c = lambda b: rates.gradient_seconds_small(sizes, b)
+    rows = []
+    for r in balance["results"]:
+        if not r["strategy"].startswith("bsp"):
+            continue  # SSP and async have no clock that waits for every worker
+        servers = r["servers"]
+        workers = r["ranks"] - servers
+        slowdowns = [1.0] * workers
+        if r["slowed"]:
+            slowdowns[-1] = slowdown  # balance_study slows the last worker
+        predict = lambda split: heterogeneous_clock(rates, net, scheduler, sizes, split, slowdowns, servers,
+                                                    optimizer, cores)
+        static = static_split(global_batch, workers)
+        per_clock = [run["train_seconds"] / (run.get("clocks") or default_clocks) for run in r["runs"]]
+        row = {"layout": r["layout"], "ranks": r["ranks"], "workers": workers, "servers": servers,
+               "strategy": r["strategy"], "slowdowns": slowdowns, "global_batch": global_batch,
+               "clocks": r["runs"][0].get("clocks") or default_clocks,
+               "measured": statistics.median(per_clock), "measured_range": [min(per_clock), max(per_clock)],
+               "static": predict(static)}
+        if r["strategy"] == "bsp balanced":
+            # Speeds as the balancer first sees them: samples per second of each part of the static split.
+            speeds = [b / (s * t_c(b)) for b, s in zip(static, slowdowns)]
+            part = lambda w, b: slowdowns[w] * t_c(b)
+            settled = predict(equal_time_split(global_batch, part, workers))
+            proportional = predict(proportional_split(global_batch, speeds))
+            rule = predict(balancer_rule_split(global_batch, part, static))
+            runs = [measured_split_prediction(predict, run, run.get("clocks") or default_clocks) for run in r["runs"]]
+            runs = [x for x in runs if x is not None]
+            row.update({
+                "predicted": settled,
+                "speeds_samples_per_second": speeds,
+                "ideal": global_batch / sum(speeds) + settled["comm"],
+                "proportional": proportional,
+                "balancer_rule": rule,
+                "at_measured_splits": statistics.median(runs) if runs else None,
+                "at_measured_splits_runs": runs,
+                "final_splits": [run["splits"][-1]["split"] for run in r["runs"] if run.get("splits")],
+            })
+        else:
+            row["predicted"] = row["static"]
+        row["relative_error"] = (row["predicted"]["total"] - row["measured"]) / row["measured"]
+        if "balancer_rule" in row:
+            row["balancer_rule_error"] = (row["balancer_rule"]["total"] - row["measured"]) / row["measured"]
+        if row.get("at_measured_splits"):
+            row["at_measured_splits_error"] = (row["at_measured_splits"] - row["measured"]) / row["measured"]
+        rows.append(row)
+    # Oversubscribed layouts: the factor f that this study's own equal-speed static clock implies
+    # (measured / the prediction with f = 1), and every row of the layout again with it: the
+    # oversubscription input measured in the same campaign, where scheduler_rates.json is of another.
+    for row in rows:
+        if row["ranks"] <= cores:
+            continue
+        base = next((x for x in rows if x["layout"] == row["layout"] and x["strategy"] == "bsp static"
+                     and max(x["slowdowns"]) == 1), None)
+        if base is None:
+            continue
+        unslowed = heterogeneous_clock(rates, net, scheduler, sizes, base["predicted"]["split"], base["slowdowns"],
+                                       base["servers"], optimizer, cores, factor=1.0)
+        implied = base["measured"] / unslowed["total"]
+        again = heterogeneous_clock(rates, net, scheduler, sizes, row["predicted"]["split"], row["slowdowns"],
+                                    row["servers"], optimizer, cores, factor=implied)
+        row["implied_factor"] = implied
+        row["predicted_implied_factor"] = again["total"]
+        row["implied_factor_error"] = (again["total"] - row["measured"]) / row["measured"]
+    speedups = []
+    for layout in dict.fromkeys(x["layout"] for x in rows):
+        for slowed in (True, False):
+            pick = {x["strategy"]: x for x in rows if x["layout"] == layout and (max(x["slowdowns"]) > 1) == slowed}
+            if "bsp static" not in pick or "bsp balanced" not in pick:
+                continue
+            st, ba = pick["bsp static"]["predicted"], pick["bsp balanced"]["predicted"]
+            phi = st["comm"] / st["total"]  # the share of the static clock that balancing cannot touch
+            speedups.append({
+                "layout": layout, "slowed": slowed, "predicted": st["total"] / ba["total"],
+                "measured": pick["bsp static"]["measured"] / pick["bsp balanced"]["measured"],
+                "ideal_compute_only": st["slowest_part"] / (global_batch / sum(pick["bsp balanced"]["speeds_samples_per_second"])),
+                "compute_speedup": st["compute"] / ba["compute"], "comm_share_static": phi,
+            })
+    return {"rows": rows, "speedups": speedups, "slowdown": slowdown, "global_batch": global_batch,
+            "model": "-".join(map(str, sizes)), "train_samples": train_samples, "comm": comm,
+            "equations": {
+                "part": "worker w's part of b_w samples takes s_w t_c(b_w): t_c the measured gradient "
+                        "(interpolated; below the smallest measured batch the line through the two smallest), "
+                        "s_w its slowdown (the examples sleep (s_w - 1) t_c(b_w) after each gradient)",
+                "clock": "T = max( max_w s_w t_c(b_w), f (1/W) sum_w t_c(b_w) ) + T_comm; f = measured "
+                         "oversubscription slowdown (1 when ranks <= cores); T_comm as in the homogeneous "
+                         "model, independent of the split",
+                "static": "b_w = B/W: T = s_max t_c(B/W) + T_comm (with f: max(s_max, f) t_c(B/W) + T_comm)",
+                "balanced_constant_speeds": "v_w = b/(s_w t_c(b)) at b = B/W; b_w proportional to v_w (whole "
+                                            "samples, at least 1); ideal T = B / sum_w v_w + T_comm",
+                "balanced_settled": "the whole-sample split (each >= 1) minimising max_w s_w t_c(b_w): "
+                                    "equal part times, fixed costs included (where the balancer settles)",
+                "speedup": "S = T_static / T_balanced = 1 / ((1 - phi) / S_K + phi) with phi = T_comm / T_static "
+                           "and S_K the ratio of the compute terms (T_comm the same in both): the communication "
+                           "is not balanced away (Amdahl)",
+            }}
+
+
+def print_heterogeneous(het):
+    ms = lambda x: f"{x * 1e3:.3f}"
+    pct = lambda x: f"{x * 100:+.1f}%"
+    split = lambda c: "/".join(map(str, c["split"]))
+    print(f"\nHeterogeneous workers ({het['model']}, global batch {het['global_batch']}, the last worker "
+          f"slowed {het['slowdown']:g}x or none): ms per clock, predicted vs measured (median of the runs)")
+    print(f"{'layout':>9} {'W':>2} {'S':>2} {'s_w':>5} {'strategy':>12}  {'measured (min-max)':>22} {'predicted':>9} "
+          f"{'error':>7}  {'split':>6} {'bound':>12} {'parts':>12} {'comm':>6} {'f':>5}")
+    for r in het["rows"]:
+        p = r["predicted"]
+        meas = f"{ms(r['measured'])} ({ms(r['measured_range'][0])}-{ms(r['measured_range'][1])})"
+        print(f"{r['layout']:>9} {r['workers']:>2} {r['servers']:>2} {'/'.join(f'{x:g}' for x in r['slowdowns']):>5} "
+              f"{r['strategy']:>12}  {meas:>22} {ms(p['total']):>9} {pct(r['relative_error']):>7}  {split(p):>6} "
+              f"{p['bound']:>12} {'/'.join(ms(x) for x in p['parts']):>12} {ms(p['comm']):>6} "
+              f"{p['oversubscription_factor']:>5.2f}")
+    print("\nBalanced rows, the split by rule: constant speeds (B / sum v + T_comm, and b proportional to v in whole "
+          "samples), the balancer's rule on the model's part times (10% hysteresis, no noise), equal part times "
+          "(the prediction above), the runs' own splits")
+    print(f"{'layout':>9} {'s_w':>5}  {'ideal':>6}  {'constant speeds':>16}  {'balancer rule':>22}  "
+          f"{'equal times':>13}  {'at measured splits':>19}  {'measured':>8}")
+    for r in het["rows"]:
+        if "ideal" not in r:
+            continue
+        q, u, p = r["proportional"], r["balancer_rule"], r["predicted"]
+        at = r.get("at_measured_splits")
+        at_text = f"{ms(at)} {pct(r['at_measured_splits_error'])}" if at else "-"
+        print(f"{r['layout']:>9} {'/'.join(f'{x:g}' for x in r['slowdowns']):>5}  {ms(r['ideal']):>6}  "
+              f"{split(q) + ': ' + ms(q['total']):>16}  {split(u) + ': ' + ms(u['total']) + ' ' + pct(r['balancer_rule_error']):>22}  "
+              f"{split(p) + ': ' + ms(p['total']):>13}  {at_text:>19}  {ms(r['measured']):>8}")
+    implied = [r for r in het["rows"] if "implied_factor" in r]
+    if implied:
+        print("\nOversubscribed rows again with the f that the study's own equal-speed static clock implies")
+        for r in implied:
+            print(f"{r['layout']:>9} {'/'.join(f'{x:g}' for x in r['slowdowns']):>5} {r['strategy']:>12}: f "
+                  f"{r['implied_factor']:.2f} (measured input {r['predicted']['oversubscription_factor']:.2f}), "
+                  f"predicted {ms(r['predicted_implied_factor'])} ms, {pct(r['implied_factor_error'])}")
+    print()
+    for s in het["speedups"]:
+        print(f"balanced/static, {s['layout']}, {'slowed' if s['slowed'] else 'equal speeds'}: predicted "
+              f"{s['predicted']:.2f}x, measured {s['measured']:.2f}x (constant speeds, no communication: "
+              f"{s['ideal_compute_only']:.2f}x; the compute terms alone {s['compute_speedup']:.2f}x; communication "
+              f"{s['comm_share_static'] * 100:.1f}% of the static clock)")
+
+
+# ---------------------------------------------------------------------------------------------
 # Plots
 
 
@@ -605,10 +893,22 @@ def main():
     p.add_argument("--big-worker-batch", type=int, default=128)
     p.add_argument("--cluster-alpha", type=float, default=2e-6, help="assumed cluster latency, seconds")
     p.add_argument("--cluster-gbits", type=float, default=100.0, help="assumed cluster link, Gbit/s per direction")
-    p.add_argument("--out", default="bench/results/model.json")
+    p.add_argument("--balance", default="bench/results/balance.json",
+                   help="bench/balance_study.py output: measured clocks with a slowed worker, static and balanced split")
+    p.add_argument("--balance-batch", type=int, default=64, help="the balance study's global batch (the example's default)")
+    p.add_argument("--balance-train-samples", type=int, default=60000,
+                   help="training samples per epoch of the balance study (Fashion-MNIST), for its clock count")
+    p.add_argument("--balance-hidden", default="256,128", help="the balance study's hidden layers")
+    p.add_argument("--heterogeneous-only", action="store_true",
+                   help="only the heterogeneous-workers prediction against --balance: no validation, no "
+                        "extrapolation, no plots; JSON to --out (default bench/results/model_heterogeneous.json)")
+    p.add_argument("--out", default=None, help="default: bench/results/model.json "
+                   "(bench/results/model_heterogeneous.json with --heterogeneous-only)")
     p.add_argument("--validation-plot", default=None, help="default: model_validation.png next to --out")
     p.add_argument("--extrapolation-plot", default=None, help="default: model_extrapolation.png next to --out")
     args = p.parse_args()
+    if args.out is None:
+        args.out = "bench/results/model_heterogeneous.json" if args.heterogeneous_only else "bench/results/model.json"
 
     with open(args.rates) as f:
         rates = Rates(json.load(f))
@@ -668,6 +968,30 @@ def main():
                   "pipelined_bound": "T = T_compute + max(T_push, T_server, T_pull) (pieces of size -> 0)",
               },
               "primary_variant": primary}
+
+    het = None
+    if os.path.exists(args.balance):
+        with open(args.balance) as f:
+            het = heterogeneous(rates, scheduler, json.load(f), args.optimizer, cores, layer_sizes(args.balance_hidden),
+                                args.balance_batch, args.balance_train_samples, args.comm)
+        if het is None:
+            print(f"\n{args.balance}: a straggler that comes and goes (slow_period) is not modelled", file=sys.stderr)
+    else:
+        print(f"\n{args.balance} not found: no heterogeneous prediction (run bench/balance_study.py)", file=sys.stderr)
+    if het is not None:
+        het["balance_file"] = args.balance
+        print_heterogeneous(het)
+        result["heterogeneous"] = het
+    if args.heterogeneous_only:
+        if het is None:
+            raise SystemExit("--heterogeneous-only: nothing to predict")
+        out = {"benchmark": "model_heterogeneous", "rates_file": args.rates, "scheduler_file": result["scheduler_file"],
+               "optimizer": args.optimizer, "cores": cores, **het}
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"\nwrote {args.out}")
+        return
 
     records = None
     if os.path.exists(args.scaling):
