@@ -55,7 +55,7 @@ struct Config {
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
   bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
-  std::string balance = "none";  // speed: split each clock's batch by the workers' measured speed
+  std::string balance = "none";  // speed: bsp splits by measured speed, ssp and async workers draw their parts
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
   int slow_period = 0;  // clocks slow, then as many at full speed, alternating; 0: slow throughout
@@ -152,8 +152,8 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_flag("!--no-shared-memory", cfg.shared_memory,
                "Send every byte in point-to-point messages, also between ranks on one node");
   app.add_option("--balance", cfg.balance,
-                 "Split each clock's global batch among the workers: none (equally) or speed (by their measured "
-                 "speed; --sync bsp)")
+                 "How the workers share the work: none (equal parts) or speed (bsp: each clock's batch split by "
+                 "measured speed; ssp, async: each free worker takes the next part)")
       ->capture_default_str()->check(CLI::IsMember({"none", "speed"}));
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
@@ -232,10 +232,6 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
   }
   if (cfg.evaluate_only != !cfg.load_model.empty()) {
     return cfg.evaluate_only ? "--evaluate-only needs --load-model FILE" : "--load-model works with --evaluate-only";
-  }
-  if (cfg.balance != "none" && cfg.sync != "bsp") {
-    return fmt::format("--balance {} works with --sync bsp: {} workers do not pass through clocks together",
-                       cfg.balance, cfg.sync);
   }
   if (cfg.slow_worker >= workers) {
     return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
@@ -372,8 +368,9 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   typename Server::Options options;
   options.servers = p.servers;
   options.seed = cfg.seed;
-  // Worker 0 gets the largest equal share; a balanced split may give any worker up to the whole batch.
-  options.max_batch = cfg.balance == "none" ? hpcps::ps::worker_batch(cfg.batch, 0, p.workers) : cfg.batch;
+  // Worker 0 gets the largest equal share; a balanced split may give any worker up to the whole
+  // batch (drawing workers take equal parts, only more of them).
+  options.max_batch = cfg.balance == "speed" && cfg.sync == "bsp" ? cfg.batch : hpcps::ps::worker_batch(cfg.batch, 0, p.workers);
   options.wire = hpcps::ps::parse_wire_format(cfg.wire);
   options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
   options.piece_floats = cfg.piece_floats;

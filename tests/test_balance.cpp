@@ -1,7 +1,8 @@
 // Balancing the synchronous strategy (ps/balance.hpp): the proportional split in whole samples,
 // and under mpiexec a slowed worker's share shrinking while every sample of every epoch is still
 // used once and the update stays minibatch SGD over the same global batches; equal speeds keep
-// the static split and its bits; a strategy that cannot balance says so.
+// the static split and its bits. (Asynchronous and stale-synchronous workers balance by drawing
+// their work: tests/test_sync.cpp.)
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -132,22 +133,4 @@ TEST_CASE("equal speeds keep the static split, and then its bits", "[balance][mp
       CHECK(difference_over_largest(balanced, fixed) < 1e-5);
     }
   }
-}
-
-TEST_CASE("a strategy whose workers do not pass through clocks together cannot balance, and says so",
-          "[balance][mpi][errors]") {
-  const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) return;
-  using AsyncPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Asynchronous, hpcps::optim::StandardSgd>;
-  AsyncPs::Options o;
-  o.servers = 1;
-  o.max_batch = 24;
-  AsyncPs ps(world, Net({12, 8, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::StandardSgd(0.1f));
-  hpcps::ps::TrainOptions t;
-  t.batch = 24;
-  t.balance = hpcps::ps::Balance::speed;
-  static const auto data = hpcps_test::synthetic(50, 12, 4, 1);
-  CHECK_THROWS_WITH(hpcps::ps::train(ps, data, nullptr, t),
-                    Catch::Contains("balancing the split of each clock's batch needs the synchronous strategy, not "
-                                    "'async'"));
 }

@@ -1,11 +1,16 @@
 // Synchronization strategies under mpiexec, with workers slowed at random (fixed seeds) through
 // the after-compute hook: every gradient slice is applied exactly once, the stale-synchronous
 // bound holds (and is reached), and every strategy ends cleanly with uneven parts and idle pushes.
+// Workers that draw their work (asynchronous and stale-synchronous with Balance::speed) use every
+// sample of every epoch exactly once, a straggler does less of it, and the bound holds in clocks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -125,4 +130,125 @@ TEST_CASE("the stale-synchronous bound holds and is reached under a straggler", 
   const Outcome bsp = train_with_delays(hpcps::sync::Synchronous{}, 12, true);
   check_exactly_once(bsp);
   if (bsp.is_server) CHECK(bsp.max_staleness == 0);
+}
+
+// Work-conserving asynchronous and stale-synchronous training (TrainOptions::balance = speed): the
+// workers draw their parts of the epoch's clocks from a shared counter as they become free.
+namespace {
+
+// The network of the tests above, recording which samples it computes a gradient of and at which
+// clock: the data's first feature is the sample's index / 100.
+struct Recording : Net {
+  using Net::Net;
+  static inline std::vector<std::pair<std::uint64_t, std::size_t>> seen;  // (clock, sample), this rank
+  static inline std::uint64_t clock = 0;
+  template <class Workspace>
+  void set_sample_position(Workspace&, hpcps::nn::SamplePosition position) const { clock = position.step; }
+  template <class B, class... Rest>
+  hpcps::nn::BatchStats gradient(const B& backend, typename Net::template Workspace<B>& ws, const float* params,
+                                 const float* inputs, const std::int32_t* labels, std::size_t count, Rest&&... rest) const {
+    for (std::size_t i = 0; i < count; ++i) {
+      seen.emplace_back(clock, static_cast<std::size_t>(std::lround(inputs[i * input_size()] * 100.0f)));
+    }
+    return Net::gradient(backend, ws, params, inputs, labels, count, std::forward<Rest>(rest)...);
+  }
+};
+
+struct Drawn {
+  std::vector<int> uses;              // rank 0: by epoch * samples + sample, how often any worker used it
+  std::vector<std::size_t> pushed;    // by worker
+  Outcome server;                     // on a server
+  hpcps::ps::TrainingReport report;
+};
+
+// 61 samples, global batch 4 (16 clocks an epoch, the last of one sample), 3 epochs; random
+// delays on every worker, and the last worker about 12x slower than the others if `straggler`.
+template <class Sync>
+Drawn draw_with_delays(Sync sync, std::uint64_t seed, bool straggler) {
+  using Server = hpcps::ParameterServer<Recording, hpcps::backend::Cpu, Sync, hpcps::optim::StandardSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  auto data = synthetic(61, 5, 3, seed);
+  for (std::size_t i = 0; i < data.count; ++i) data.images[i * data.features] = static_cast<float>(i) / 100.0f;
+  typename Server::Options options;
+  options.servers = 1;
+  options.max_batch = 4;
+  options.piece_floats = 5;
+  Server ps(world, Recording({5, 6, 3}), hpcps::backend::Cpu(1), options, sync, hpcps::optim::StandardSgd(0.05f));
+  const int workers = ps.layout().workers();
+  hpcps::ps::TrainOptions train;
+  train.epochs = 3;
+  train.batch = 4;
+  train.seed = seed;
+  train.evaluate = false;
+  train.balance = hpcps::ps::Balance::speed;
+  hpcps::data::Rng rng(seed * 17 + static_cast<std::uint64_t>(world.rank()));
+  train.after_compute = [&](int w, std::size_t, double) {
+    const bool slow = straggler && w == workers - 1;
+    const long jitter = hpcps::data::uniform_below(rng, 3) == 0 ? static_cast<long>(hpcps::data::uniform_below(rng, 300)) : 0;
+    std::this_thread::sleep_for(std::chrono::microseconds(slow ? 8000 : 500 + jitter));
+  };
+  Recording::seen.clear();
+  Drawn out;
+  out.report = hpcps::ps::train(ps, data, nullptr, train);
+  const std::size_t clocks = hpcps::ps::clocks_per_epoch(data.count, train.batch);
+  std::vector<int> uses(train.epochs * data.count, 0);
+  for (const auto& [clock, sample] : Recording::seen) {
+    const std::size_t epoch = clock / clocks;
+    if (epoch < train.epochs && sample < data.count) ++uses[epoch * data.count + sample];
+  }
+  world.allreduce_in_place(uses.data(), uses.size(), MPI_SUM);
+  out.uses = uses;
+  std::vector<std::size_t> mine(static_cast<std::size_t>(world.size()), 0);
+  const std::size_t pushed = ps.is_worker() ? out.report.gradient_pushes : 0;
+  world.allgather(&pushed, 1, mine.data());
+  out.pushed.assign(mine.begin(), mine.begin() + workers);
+  if (ps.is_server()) {
+    out.server.is_server = true;
+    out.server.applied = ps.server().stats().pushes_per_worker;
+    out.server.max_staleness = ps.server().stats().max_staleness;
+  }
+  return out;
+}
+
+void check_every_sample_once(const Drawn& d) {
+  CAPTURE(d.pushed);
+  std::size_t wrong = 0;
+  for (int u : d.uses) wrong += u != 1 ? 1 : 0;
+  CHECK(wrong == 0);  // every sample of every epoch used by exactly one worker, once
+  if (d.server.is_server) {
+    for (std::size_t w = 0; w < d.pushed.size(); ++w) CHECK(d.server.applied[w] == d.pushed[w]);
+  }
+}
+
+// The straggler's pushes against the busiest other worker's: about 1/12 of them, at most 1/3 on
+// a machine whose cores are shared by more ranks than it has (a rank descheduled for a while).
+void check_straggler_did_less(const Drawn& d) {
+  if (d.pushed.size() < 2) return;
+  CAPTURE(d.pushed);
+  CHECK(3 * d.pushed.back() < *std::max_element(d.pushed.begin(), d.pushed.end() - 1));
+}
+
+}  // namespace
+
+TEST_CASE("drawing workers use every sample of every epoch once, and a fast worker does more", "[sync][mpi][balance]") {
+  if (!enough_ranks()) return;
+  const auto world = hpcps::comm::Communicator::world();
+  const int workers = world.size() - 1;
+  for (std::uint64_t seed : {3u, 4u}) {
+    INFO(workers << " worker(s), seed " << seed);
+    SECTION("async, even speeds") { check_every_sample_once(draw_with_delays(hpcps::sync::Asynchronous{}, seed, false)); }
+    SECTION("ssp s=1, even speeds") { check_every_sample_once(draw_with_delays(hpcps::sync::StaleSynchronous(1), seed, false)); }
+    SECTION("async, a straggler") {
+      const Drawn d = draw_with_delays(hpcps::sync::Asynchronous{}, seed, true);
+      check_every_sample_once(d);
+      // Work-conserving: the other workers take over most of the straggler's share.
+      check_straggler_did_less(d);
+    }
+    SECTION("ssp s=3, a straggler") {
+      const Drawn d = draw_with_delays(hpcps::sync::StaleSynchronous(3), seed, true);
+      check_every_sample_once(d);
+      check_straggler_did_less(d);
+      if (d.server.is_server) CHECK(d.server.max_staleness <= 3);  // in global clocks
+    }
+  }
 }

@@ -23,6 +23,13 @@ enum class Role { worker, server };
 // clock of a message is implicit: the k-th push from a worker is its clock k.
 namespace tags {
 inline constexpr int params = 12;  // server -> worker: parameter pieces 0, 1, ... in order
+// worker -> server, with every push where the workers draw their work (ps::train with
+// Balance::speed, asynchronous and stale-synchronous): the global clock the push completes, as
+// one std::uint64_t, so a stale-synchronous bound counts in the clocks of the data, not in pushes.
+inline constexpr int push_clock = 13;
+// server 0 -> worker, with every reply where the workers draw their work: the worker's next ticket
+// (part t % W of global clock t / W), one std::uint64_t.
+inline constexpr int ticket = 14;
 // worker -> server: piece k of a push ([sample count, piece 0], then pieces 1, 2, ...) has tag
 // push + k, so each piece finds its receive whatever order the pieces leave in (a worker that
 // overlaps its push with backpropagation sends the last pieces first).

@@ -6,6 +6,7 @@
 // Asynchronous and stale-synchronous ranks do not pass through clocks together; they meet only
 // where every rank knows to (is_boundary) or when a signal's notice reached them
 // (ps/stop_notice.hpp), the workers stopped and the servers done serving, and decide there (meet).
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +66,18 @@ class RunControl {
     if (clock == settings_.end_clock) return true;
     if (settings_.folder.empty()) return false;
     return clock % at_.clocks_per_epoch == 0 || on_clock_interval(clock);
+  }
+  // The first clock after `clock` where is_boundary holds (end_clock at the latest).
+  std::uint64_t next_boundary(std::uint64_t clock) const {
+    std::uint64_t next = settings_.end_clock;
+    if (!settings_.folder.empty()) {
+      next = std::min(next, (clock / at_.clocks_per_epoch + 1) * at_.clocks_per_epoch);
+      if (settings_.every.unit == CheckpointInterval::Unit::clocks) {
+        const auto every = static_cast<std::uint64_t>(settings_.every.amount);
+        next = std::min(next, (clock / every + 1) * every);
+      }
+    }
+    return std::max(next, clock);
   }
   // A worker of such a run, after each clock: true when it must stop now and meet the others, a
   // signal having reached this rank (it tells every other rank) or another one.

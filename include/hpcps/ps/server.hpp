@@ -64,6 +64,7 @@ class Server {
          WireFormat pull_wire = WireFormat::fp32)
       : world_(world),
         layout_(layout),
+        index_(index),
         range_(layout.shard(index)),
         sync_(sync),
         optimizer_(optimizer),
@@ -107,8 +108,11 @@ class Server {
       for (auto& set : piece_receives_) set.reserve(workers);
       for (auto& set : piece_replies_) set.reserve(workers);
     } else {
-      receives_.reserve(workers * pieces_.size());  // slot w * pieces + k: worker w's piece k
-      replies_.reserve(workers * pieces_.size());
+      // Slot w * (pieces + 1) + k: worker w's piece k; slot w * (pieces + 1) + pieces: its push clock.
+      receives_.reserve(workers * (pieces_.size() + 1));
+      replies_.reserve(workers * (pieces_.size() + 1));  // the pieces, and server 0's tickets
+      push_clocks_.assign(workers, 0);
+      progress_.assign(workers, 0);
     }
   }
 
@@ -144,6 +148,22 @@ class Server {
   const Optimizer& optimizer() const { return optimizer_; }
   // A resumed run continues counting updates where the checkpoint left off. Before serving.
   void restore_updates(std::size_t updates) { stats_.updates = updates; }
+
+  // Asynchronous and stale-synchronous serving where the workers draw their work from the epoch's
+  // one order as they become free (ps::train with Balance::speed). Server 0 hands out the work:
+  // with every reply a ticket (tags::ticket), the next of first_clock * W, first_clock * W + 1,
+  // ... in the order it answers, so the next part goes to whichever worker is free first, with
+  // no message of its own. A fast worker pushes more often than a slow one, so the staleness
+  // bound counts the global clocks the pushes complete (tags::push_clock, sent by
+  // Worker::set_push_clock), not pushes. Every worker starts the next run() at `first_clock`.
+  // Before each run().
+  void serve_drawn_work(std::uint64_t first_clock) {
+    static_assert(!Sync::aggregates, "ps::Server: drawn work is served push by push; aggregated pushes are in lock step");
+    push_clocked_ = true;
+    first_clock_ = first_clock;
+    next_ticket_ = first_clock * static_cast<std::uint64_t>(layout_.workers());
+    tickets_out_.assign(active_.size(), 0);
+  }
 
   // A colocated rank's own worker, whose messages to this server would only be copies within the
   // process: the server reads its sample count and gradient where the worker wrote them, and
@@ -292,22 +312,26 @@ class Server {
   void run_individual(AfterPush& after_push) {
     const std::size_t workers = active_.size();
     const std::size_t pieces = pieces_.size();
+    const std::size_t messages = pieces + (push_clocked_ ? 1 : 0);  // per push; also slots per worker
+    const std::size_t slots = pieces + 1;
     std::size_t remaining = workers;
     receives_.clear();  // every one completed: a stopped worker's are not posted again
     std::fill(active_.begin(), active_.end(), 1);
     std::fill(waiting_.begin(), waiting_.end(), 0);
     std::fill(pieces_in_.begin(), pieces_in_.end(), 0);
+    std::fill(progress_.begin(), progress_.end(), first_clock_);
     for (std::size_t w = 0; w < workers; ++w) {
       add_reply(w);
       for (std::size_t k = 0; k < pieces; ++k) receives_.add(listen(w, k));
+      receives_.add(push_clocked_ ? listen_clock(w) : comm::Request());
     }
     metrics::PhaseClock clock;
     while (remaining > 0) {
       clock.start();
       const auto slot = static_cast<std::size_t>(receives_.wait_any());
       clock.charge(stats_.wait);
-      const std::size_t w = slot / pieces;
-      if (++pieces_in_[w] < pieces) continue;  // the rest of worker w's push is still arriving
+      const std::size_t w = slot / slots;
+      if (++pieces_in_[w] < messages) continue;  // the rest of worker w's push is still arriving
       pieces_in_[w] = 0;
       const float count = push_count(w);
       // Answers in flight read params_, and the reply set stays within its capacity.
@@ -328,8 +352,10 @@ class Server {
           encode_parameters(0, range_.size());
           ++stats_.updates;
         }
+        if (push_clocked_) progress_[w] = push_clocks_[w];
         waiting_[w] = 1;
-        for (std::size_t k = 0; k < pieces; ++k) receives_.replace(w * pieces + k, listen(w, k));
+        for (std::size_t k = 0; k < pieces; ++k) receives_.replace(w * slots + k, listen(w, k));
+        if (push_clocked_) receives_.replace(w * slots + pieces, listen_clock(w));
       }
       answer_waiting_workers();
       clock.charge(stats_.update);
@@ -342,7 +368,7 @@ class Server {
     const std::size_t slowest = slowest_active_clock();
     for (std::size_t w = 0; w < active_.size(); ++w) {
       if (!waiting_[w]) continue;
-      const std::size_t ahead = stats_.clocks_per_worker[w] - slowest;
+      const std::size_t ahead = progress(w) - slowest;
       if (ahead > sync_.staleness()) continue;
       note_staleness(ahead);
       waiting_[w] = 0;
@@ -354,9 +380,19 @@ class Server {
   std::size_t slowest_active_clock() const {
     std::size_t slowest = std::numeric_limits<std::size_t>::max();
     for (std::size_t w = 0; w < active_.size(); ++w) {
-      if (active_[w]) slowest = std::min(slowest, stats_.clocks_per_worker[w]);
+      if (active_[w]) slowest = std::min(slowest, progress(w));
     }
     return slowest;
+  }
+  // Where worker w stands for the staleness bound: its pushes so far, or, with push clocks, the
+  // global clock its latest push completed. The clock a slow worker is computing in is at least
+  // that, so the bound errs towards waiting, never towards more staleness.
+  std::size_t progress(std::size_t w) const {
+    if constexpr (Sync::aggregates) {
+      return stats_.clocks_per_worker[w];
+    } else {
+      return push_clocked_ ? static_cast<std::size_t>(progress_[w]) : stats_.clocks_per_worker[w];
+    }
   }
 
   // How far ahead of the slowest active worker a worker is when it gets parameters.
@@ -407,6 +443,10 @@ class Server {
 
   void add_reply(std::size_t worker) {
     for (std::size_t k = 0; k < pieces_.size(); ++k) replies_.add(reply(worker, k));
+    if (push_clocked_ && index_ == 0) {
+      tickets_out_[worker] = next_ticket_++;
+      replies_.add(world_.isend(&tickets_out_[worker], 1, layout_.worker_rank(static_cast<int>(worker)), tags::ticket));
+    }
   }
   comm::Request reply(std::size_t worker, std::size_t k) {
     const data::Range p = pieces_[k];
@@ -414,6 +454,9 @@ class Server {
     if (shares_memory_with(worker)) return world_.isend(params_ + p.begin, 0, rank, tags::params);  // "piece k is ready"
     if (pull_wire_ == WireFormat::fp32) return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
     return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
+  }
+  comm::Request listen_clock(std::size_t worker) {
+    return world_.irecv(&push_clocks_[worker], 1, layout_.worker_rank(static_cast<int>(worker)), tags::push_clock);
   }
   // Piece 0's receive takes the leading count too.
   comm::Request listen(std::size_t worker, std::size_t k) {
@@ -430,6 +473,7 @@ class Server {
 
   const comm::Communicator& world_;
   Layout layout_;
+  int index_;
   data::Range range_;
   Sync sync_;
   Optimizer optimizer_;
@@ -455,6 +499,11 @@ class Server {
   std::size_t remaining_ = 0;
   std::vector<comm::RequestSet> piece_receives_, piece_replies_;  // aggregating loop: one set per piece
   comm::RequestSet receives_, replies_;                           // individual loop
+  bool push_clocked_ = false;                  // individual loop: pushes carry their global clock
+  std::uint64_t first_clock_ = 0;              // where every worker starts a run, with push clocks
+  std::vector<std::uint64_t> push_clocks_, progress_;  // by worker: received with the latest push, and applied
+  std::uint64_t next_ticket_ = 0;              // server 0, drawn work: the next ticket to hand out
+  std::vector<std::uint64_t> tickets_out_;     // by worker: the ticket in flight to it
   ServerStats stats_;
 };
 

@@ -60,9 +60,16 @@ struct TrainOptions {
   // gets the signal tells the others at once (ps/stop_notice.hpp); each worker stops after its
   // clock, and the checkpoint is of the fewest clocks any worker completed.
   bool stop_on_signals = false;
-  // Balance::speed (synchronous strategy): each clock's global batch is split among the workers
-  // in proportion to their measured speed, not equally (ps/balance.hpp); no part exceeds the
-  // ParameterServer's max_batch, so raise that to `batch` to let a fast worker take more.
+  // Balance::speed: a slow worker no longer sets the pace (docs/synchronization.md#load-balancing).
+  // - Synchronous strategy: each clock's global batch is split among the workers in proportion
+  //   to their measured speed, not equally (ps/balance.hpp); no part exceeds the
+  //   ParameterServer's max_batch, so raise that to `batch` to let a fast worker take more.
+  // - Asynchronous and stale-synchronous: the workers draw their work from the epoch's one order
+  //   as they become free (the first server hands out the next part with each reply), one
+  //   worker's part of a clock at a time, so a fast worker does more of the epoch and every
+  //   sample is still used once. A stale-synchronous bound then counts the clocks of the data,
+  //   not each worker's pushes. After a signal, up to W - 1 parts done before the stop are done
+  //   again on resume (the checkpoint is of whole clocks).
   Balance balance = Balance::none;
 };
 
@@ -206,12 +213,8 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   const std::uint64_t end_clock = std::max<std::uint64_t>(
       start.clock, start.clock + (options.epochs * clocks) - std::min<std::uint64_t>(options.epochs * clocks, start.epoch * clocks + start.batch));
   const bool controlled = !options.checkpoint.empty() || options.stop_on_signals;
-  if (options.balance != Balance::none && !Server::sync_type::aggregates) {  // every rank knows it alike
-    throw CollectiveError(fmt::format("ps::train: balancing the split of each clock's batch needs the synchronous "
-                                      "strategy, not '{}' (its workers do not pass through clocks together)",
-                                      Server::sync_type::name),
-                          world.rank() == 0);
-  }
+  // Asynchronous and stale-synchronous workers balanced: each draws its next part of a clock.
+  const bool drawing = options.balance == Balance::speed && !Server::sync_type::aggregates;
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0 and the servers must be able to write.
@@ -249,7 +252,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     throw_if_any_rank(team, problem, "ps::train", "another worker rejected the options");
     data::Batcher batcher(train_set, data::Range{0, train_set.count}, options.batch, data_order_seed(options.seed));
     std::optional<SpeedBalancer> balancer;
-    if (options.balance == Balance::speed) balancer.emplace(team, options.batch, ps.options().max_batch, start.clock);
+    if (options.balance == Balance::speed && !drawing) {
+      balancer.emplace(team, options.batch, ps.options().max_batch, start.clock);
+    }
 
     if (options.after_compute) {
       worker.set_after_compute([&options, w](std::size_t clock, double seconds) { options.after_compute(w, clock, seconds); });
@@ -274,15 +279,124 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       report.evaluations.push_back({epoch, after, t.mean_loss(), t.accuracy(), after - evaluating_seconds});
       return report.evaluations.back();
     };
-    worker.start();
-    bool finished = false;  // this worker has told the servers it stopped
-    for (std::size_t epoch = start.epoch; epoch < options.epochs && !stopped; ++epoch) {
-      const auto epoch_started = std::chrono::steady_clock::now();
-      const double evaluating_before = evaluating_seconds;
-      const double checkpointing_before = control ? control->checkpoint_seconds() : 0.0;
+    // One epoch's running figures on this worker, from open_epoch to close_epoch.
+    struct OpenEpoch {
+      std::size_t epoch = 0;
+      std::chrono::steady_clock::time_point started;
+      double evaluating_before = 0.0, checkpointing_before = 0.0;
+      nn::BatchStats stats;
+    };
+    auto open_epoch = [&](std::size_t epoch) {
       worker.reset_times();
       batcher.start_epoch(epoch);
-      nn::BatchStats stats;
+      return OpenEpoch{epoch, std::chrono::steady_clock::now(), evaluating_seconds,
+                       control ? control->checkpoint_seconds() : 0.0, {}};
+    };
+    auto close_epoch = [&](const OpenEpoch& open) {
+      EpochReport e;
+      e.epoch = open.epoch + 1;
+      e.checkpoint_seconds = control ? control->checkpoint_seconds() - open.checkpointing_before : 0.0;
+      // Evaluations inside the epoch (evaluations_per_epoch > 1) stall every worker of a
+      // bulk-synchronous run at rank 0's next clock: that time is evaluation, not training.
+      const double evaluated_in_epoch = evaluating_seconds - open.evaluating_before;
+      e.seconds = metrics::seconds_since(open.started);
+      local_samples += open.stats.count;
+      double sums[7] = {open.stats.loss_sum, static_cast<double>(open.stats.count), static_cast<double>(open.stats.correct),
+                        worker.times().compute, worker.times().communicate, worker.times().wait, evaluated_in_epoch};
+      int contributors = 1;
+      if constexpr (lockstep) {
+        e.seconds = team.allreduce_value(e.seconds, MPI_MAX);
+        team.allreduce_in_place(sums, 7, MPI_SUM);
+        contributors = workers;
+      }
+      e.seconds = std::max(0.0, e.seconds - sums[6] - e.checkpoint_seconds);  // only rank 0 evaluates
+      local_seconds += e.seconds;
+      e.samples = static_cast<std::size_t>(sums[1]);
+      e.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+      e.train_accuracy = sums[1] > 0 ? sums[2] / sums[1] : 0.0;
+      e.times = {sums[3] / contributors, sums[4] / contributors, sums[5] / contributors};
+      e.samples_per_second = e.seconds > 0 ? static_cast<double>(e.samples) / e.seconds : 0.0;
+      if (evaluating) {
+        const auto eval_started = std::chrono::steady_clock::now();
+        const Evaluation& t = evaluate(static_cast<double>(open.epoch + 1));
+        e.test_loss = t.test_loss;
+        e.test_accuracy = t.test_accuracy;
+        e.eval_seconds = metrics::seconds_since(eval_started);
+      }
+      e.elapsed_seconds = metrics::seconds_since(started);
+      if (w == 0 && on_epoch) on_epoch(e);
+      report.epochs.push_back(e);
+      // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
+      if constexpr (lockstep) team.barrier();
+    };
+    if (drawing) {
+      worker.set_push_clock(start.clock);  // its servers expect a clock with every push, the stop too
+      worker.receive_tickets();
+    }
+    worker.start();
+    bool finished = false;  // this worker has told the servers it stopped
+    if (drawing && start.clock < end_clock) {
+      std::uint64_t at = start.clock;  // where the segment starts
+      std::uint64_t evaluated_at = at;  // the latest in-epoch evaluation point, in clocks
+      OpenEpoch open = open_epoch(start.epoch);
+      for (;;) {
+        const std::uint64_t segment_end = control ? control->next_boundary(at) : end_clock;
+        std::uint64_t undone = 0;  // the ticket this worker holds and will not do
+        for (;;) {
+          // Ticket t is part t % W of global clock t / W; one comes with every reply.
+          const std::uint64_t ticket = worker.ticket();
+          const std::uint64_t clock = ticket / static_cast<std::uint64_t>(workers);
+          if (clock >= segment_end || (control && control->should_stop())) {
+            undone = ticket;
+            break;
+          }
+          const auto epoch = static_cast<std::size_t>(clock / clocks), c = static_cast<std::size_t>(clock % clocks);
+          while (open.epoch < epoch) {
+            close_epoch(open);
+            open = open_epoch(open.epoch + 1);
+          }
+          const auto part = static_cast<int>(ticket % static_cast<std::uint64_t>(workers));
+          const data::Range mine = worker_part(batcher.batch_count(c), part, workers);
+          worker.set_push_clock(clock + 1);
+          if (mine.size() > 0) {
+            const data::BatchView b = batcher.part(c, mine);
+            nn::set_sample_position(worker.network(), worker.workspace(), {clock, mine.begin});
+            open.stats += worker.step(b.inputs, b.labels, b.count);
+          } else {
+            worker.step(nullptr, nullptr, 0);  // the epoch's short last batch has fewer samples than parts
+          }
+          // Worker 0 draws only some clocks: it evaluates at the latest point it has passed.
+          const std::uint64_t point = clock + 1 - (clock + 1) % clocks % evaluate_every;
+          if (evaluating && point % clocks != 0 && point > evaluated_at) {
+            evaluated_at = point;
+            evaluate(static_cast<double>(point) / static_cast<double>(clocks));
+          }
+        }
+        worker.finish();
+        finished = true;
+        if (!control) break;  // the segment ran to end_clock
+        // Tickets are handed out in order and each one held is done before its worker stops, but
+        // the one it holds then: every ticket below the lowest of those is done.
+        if (control->meet(std::min(segment_end, undone / static_cast<std::uint64_t>(workers)))) {
+          stopped = true;
+          break;
+        }
+        at = control->position().clock;
+        if (at >= end_clock) break;
+        worker.start();  // the first ticket from `at` on comes with the parameters
+        finished = false;
+      }
+      if (!stopped) {
+        // A slow worker may have drawn nothing in the last epochs: they are reported, empty.
+        while (open.epoch + 1 < options.epochs) {
+          close_epoch(open);
+          open = open_epoch(open.epoch + 1);
+        }
+        close_epoch(open);
+      }
+    }
+    for (std::size_t epoch = start.epoch; !drawing && epoch < options.epochs && !stopped; ++epoch) {
+      OpenEpoch open = open_epoch(epoch);
       for (std::size_t c = epoch == start.epoch ? start.batch : 0; c < clocks; ++c) {
         const std::size_t in_clock = batcher.batch_count(c);
         const data::Range mine = balancer ? balancer->part(in_clock, w) : worker_part(in_clock, w, workers);
@@ -290,7 +404,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         if (mine.size() > 0) {
           const data::BatchView b = batcher.part(c, mine);
           nn::set_sample_position(worker.network(), worker.workspace(), {epoch * clocks + c, mine.begin});
-          stats += worker.step(b.inputs, b.labels, b.count);
+          open.stats += worker.step(b.inputs, b.labels, b.count);
         } else {
           worker.step(nullptr, nullptr, 0);
         }
@@ -318,41 +432,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         }
       }
       if (stopped) break;  // a partial epoch has no report; every worker leaves here alike
-      EpochReport e;
-      e.epoch = epoch + 1;
-      e.checkpoint_seconds = control ? control->checkpoint_seconds() - checkpointing_before : 0.0;
-      // Evaluations inside the epoch (evaluations_per_epoch > 1) stall every worker of a
-      // bulk-synchronous run at rank 0's next clock: that time is evaluation, not training.
-      const double evaluated_in_epoch = evaluating_seconds - evaluating_before;
-      e.seconds = metrics::seconds_since(epoch_started);
-      local_samples += stats.count;
-      double sums[7] = {stats.loss_sum, static_cast<double>(stats.count), static_cast<double>(stats.correct),
-                        worker.times().compute, worker.times().communicate, worker.times().wait, evaluated_in_epoch};
-      int contributors = 1;
-      if constexpr (lockstep) {
-        e.seconds = team.allreduce_value(e.seconds, MPI_MAX);
-        team.allreduce_in_place(sums, 7, MPI_SUM);
-        contributors = workers;
-      }
-      e.seconds = std::max(0.0, e.seconds - sums[6] - e.checkpoint_seconds);  // only rank 0 evaluates
-      local_seconds += e.seconds;
-      e.samples = static_cast<std::size_t>(sums[1]);
-      e.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-      e.train_accuracy = sums[1] > 0 ? sums[2] / sums[1] : 0.0;
-      e.times = {sums[3] / contributors, sums[4] / contributors, sums[5] / contributors};
-      e.samples_per_second = e.seconds > 0 ? static_cast<double>(e.samples) / e.seconds : 0.0;
-      if (evaluating) {
-        const auto eval_started = std::chrono::steady_clock::now();
-        const Evaluation& t = evaluate(static_cast<double>(epoch + 1));
-        e.test_loss = t.test_loss;
-        e.test_accuracy = t.test_accuracy;
-        e.eval_seconds = metrics::seconds_since(eval_started);
-      }
-      e.elapsed_seconds = metrics::seconds_since(started);
-      if (w == 0 && on_epoch) on_epoch(e);
-      report.epochs.push_back(e);
-      // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
-      if constexpr (lockstep) team.barrier();
+      close_epoch(open);
     }
     if (!finished) worker.finish();
     if (balancer) {
@@ -373,11 +453,17 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     } else {
       // Served until the workers stop where they meet (see the workers' loop), then met there.
       for (;;) {
+        if constexpr (!Server::sync_type::aggregates) {
+          if (drawing) ps.server().serve_drawn_work(control->position().clock);
+        }
         ps.server().run([&control] { control->poll(); });
         if (control->meet(std::nullopt) || control->position().clock >= end_clock) break;
       }
     }
   } else {
+    if constexpr (!Server::sync_type::aggregates) {
+      if (drawing) ps.server().serve_drawn_work(start.clock);
+    }
     ps.server().run();
   }
   if (control) {

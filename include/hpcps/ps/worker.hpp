@@ -102,7 +102,7 @@ class Worker {
       }
       pieces += layout.pieces(s);
     }
-    sends_.reserve(pieces);
+    sends_.reserve(pieces + static_cast<std::size_t>(layout.servers()));  // pieces and push clocks
     receives_.reserve(pieces);
   }
 
@@ -119,6 +119,7 @@ class Worker {
     nn::BatchStats stats;
     count_slot_ = static_cast<float>(count);
     unsent_ = push_order_.size();
+    send_push_clock();
     if (count > 0) {
       if constexpr (overlaps_backpropagation) {
         // A slowed worker (after_compute) must not have pushed before it is done being slow.
@@ -166,6 +167,7 @@ class Worker {
   // Tells every server this worker is done; no reply comes.
   void finish() {
     count_slot_ = push_count::stop;
+    send_push_clock();
     for (const auto& [s, k] : push_order_) push_piece(s, k, false);
     if (serve_local_) serve_local_();
     sends_.wait_all();
@@ -192,6 +194,19 @@ class Worker {
   // Clocks taken part in (idle ones included) and gradient slices pushed to each server.
   std::size_t clocks() const { return clock_count_; }
   std::size_t gradient_pushes() const { return gradient_pushes_; }
+
+  // From now on every push (and the stop marker) tells each server the global clock it completes
+  // (tags::push_clock): `clock` for the next step. Where workers draw their work from a shared
+  // order, a push's clock is not the number of pushes before it (ps::Server::expect_push_clocks).
+  void set_push_clock(std::uint64_t clock) {
+    push_clock_ = clock;
+    sends_push_clock_ = true;
+  }
+
+  // From now on every pull also brings this worker's next ticket from server 0 (ps::Server::
+  // serve_drawn_work): the part of a clock to compute next. Before start().
+  void receive_tickets() { receives_tickets_ = true; }
+  std::uint64_t ticket() const { return ticket_; }
 
   // Called after each clock's gradient with (clock, seconds it took), before the push: the hook a
   // straggler study or a test uses to slow this worker down. Its time counts as compute.
@@ -289,6 +304,12 @@ class Worker {
       sends_.add(world_.isend(grad_wire_.data() + p.begin, n, rank, tag));
     }
   }
+  void send_push_clock() {
+    if (!sends_push_clock_) return;
+    for (int s = 0; s < layout_.servers(); ++s) {
+      sends_.add(world_.isend(&push_clock_, 1, layout_.server_rank(s), tags::push_clock));
+    }
+  }
   // Backpropagation says grad[begin, P) is final: every piece inside it leaves now, from the top,
   // while the layers below are still being computed (this thread makes the MPI calls between
   // the backend's kernels).
@@ -301,6 +322,7 @@ class Worker {
     }
   }
   void post_pulls() {
+    if (receives_tickets_) ticket_request_ = world_.irecv(&ticket_, 1, layout_.server_rank(0), tags::ticket);
     for (const auto& [s, k] : pull_order_) {
       const data::Range p = layout_.piece(s, k);
       const int rank = layout_.server_rank(s);
@@ -336,6 +358,7 @@ class Worker {
       }
     }
     receives_.clear();
+    if (receives_tickets_) ticket_request_.wait();
   }
 
   const comm::Communicator& world_;
@@ -350,6 +373,9 @@ class Worker {
   WireFormat push_wire_, pull_wire_;
   std::vector<std::uint16_t> grad_wire_, params_wire_;  // the 16-bit wire's send and receive buffers
   float count_slot_ = 0.0f;
+  std::uint64_t push_clock_ = 0, ticket_ = 0;
+  bool sends_push_clock_ = false, receives_tickets_ = false;
+  comm::Request ticket_request_;
   // Piece 0 of each server's push: [count, piece 0 in the wire format], or the count alone.
   std::vector<comm::Segments> first_push_, count_only_push_;
   struct PieceId {
