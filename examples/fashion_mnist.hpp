@@ -58,6 +58,7 @@ struct Config {
   std::string balance = "none";  // speed: bsp splits by measured speed, ssp and async workers draw their parts
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
+  std::size_t backup_workers = 0;  // bsp: each clock sums the first W - b pushes and drops the late ones
   int slow_period = 0;  // clocks slow, then as many at full speed, alternating; 0: slow throughout
   std::string checkpoint;            // folder of checkpoints; empty: none
   std::string checkpoint_every = "1epoch";
@@ -158,6 +159,10 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_option("--slow-worker", cfg.slow_worker, "Straggler study: slow this worker down (-1: none)")->capture_default_str();
   app.add_option("--slowdown", cfg.slowdown, "Straggler study: the slow worker computes this many times slower")
       ->capture_default_str()->check(CLI::Range(1.0, 100.0));
+  app.add_option("--backup-workers", cfg.backup_workers,
+                 "bsp, dedicated servers: each clock's update sums the first W - b pushes and drops the late ones "
+                 "(exchanges point to point, as with --no-shared-memory)")
+      ->capture_default_str();
   app.add_option("--slow-period", cfg.slow_period,
                  "Straggler study: the slow worker is slow for N clocks, then at full speed for N, alternating "
                  "(0: slow throughout)")
@@ -235,6 +240,24 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
   }
   if (cfg.slow_worker >= workers) {
     return fmt::format("--slow-worker {}: this launch has workers 0..{}", cfg.slow_worker, workers - 1);
+  }
+  if (cfg.backup_workers > 0) {
+    if (cfg.sync != "bsp") {
+      return fmt::format("--backup-workers {} works with --sync bsp: backup workers are a rule of the synchronous "
+                         "strategy, not '{}'", cfg.backup_workers, cfg.sync);
+    }
+    if (servers == 0) {
+      return fmt::format("--backup-workers {} needs a dedicated server (--servers 1 or more): colocated ranks serve "
+                         "each clock in lock step", cfg.backup_workers);
+    }
+    if (cfg.balance != "none") {
+      return fmt::format("--backup-workers {} and --balance {}: two answers to one straggler, choose one",
+                         cfg.backup_workers, cfg.balance);
+    }
+    if (cfg.backup_workers >= static_cast<std::size_t>(workers)) {
+      return fmt::format("--backup-workers {}: this launch has {} worker(s); at least one must be waited for",
+                         cfg.backup_workers, workers);
+    }
   }
   if (cfg.slow_period > 0 && cfg.slow_worker < 0) {
     return fmt::format("--slow-period {} works with --slow-worker W: no worker is slowed", cfg.slow_period);
@@ -375,7 +398,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
   options.piece_floats = cfg.piece_floats;
   options.overlap = cfg.overlap;
-  options.shared_memory = cfg.shared_memory;
+  options.shared_memory = cfg.shared_memory && cfg.backup_workers == 0;  // backup workers exchange point to point
   options.resume = cfg.resume;
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
 
@@ -418,6 +441,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.checkpoint_keep = cfg.checkpoint_keep;
   train_options.stop_on_signals = true;
   train_options.balance = cfg.balance == "speed" ? hpcps::ps::Balance::speed : hpcps::ps::Balance::none;
+  train_options.backup_workers = cfg.backup_workers;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t clock, double seconds) {
       if (w == cfg.slow_worker && slow_at(clock, cfg.slow_period)) {
@@ -453,6 +477,9 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                cfg.evaluate ? fmt::format("{:.4f}", report.test_accuracy) : std::string("not evaluated"),
                report.samples_per_second, report.train_seconds, report.wall_seconds,
                report.server_updates, report.server_wait, report.server_update, report.server_max_staleness);
+    if (cfg.backup_workers > 0) {
+      fmt::print("backup workers: {} push(es) came too late for their clock and were dropped\n", report.dropped_pushes);
+    }
     if (!report.splits.empty()) {
       fmt::print("split of the global batch among the workers: {} at the end, changed {} time(s)\n",
                  fmt::join(report.splits.back().split, "/"), report.splits.size() - 1);
@@ -481,7 +508,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("workers", ps.layout().workers()).field("threads", cfg.threads);
       json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown).field("balance", cfg.balance);
-      json.field("slow_period", cfg.slow_period);
+      json.field("slow_period", cfg.slow_period).field("backup_workers", cfg.backup_workers);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.field("shared_memory_requested", cfg.shared_memory);

@@ -252,3 +252,99 @@ TEST_CASE("drawing workers use every sample of every epoch once, and a fast work
     }
   }
 }
+
+// Backup workers (TrainOptions::backup_workers): each update sums the first W - b pushes of its
+// clock, every later one is dropped, and no push is both.
+namespace {
+
+struct Backed {
+  std::vector<std::size_t> pushed;  // by worker
+  std::vector<std::size_t> applied, dropped;  // on a server, by worker
+  std::size_t updates = 0;
+  bool is_server = false;
+};
+
+Backed train_with_backups(std::size_t backups, std::uint64_t seed, int servers) {
+  using Server = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  const auto data = synthetic(64, 5, 3, seed);  // 16 full clocks an epoch for every W <= 4
+  Server::Options options;
+  options.servers = servers;
+  options.max_batch = 4;
+  options.piece_floats = 5;
+  options.shared_memory = false;
+  Server ps(world, Net({5, 6, 3}), hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.05f));
+  const int workers = ps.layout().workers();
+  hpcps::ps::TrainOptions train;
+  train.epochs = 2;
+  train.batch = 4;
+  train.seed = seed;
+  train.evaluate = false;
+  train.backup_workers = backups;
+  hpcps::data::Rng rng(seed * 13 + static_cast<std::uint64_t>(world.rank()));
+  train.after_compute = [&](int w, std::size_t, double) {
+    const long jitter = static_cast<long>(hpcps::data::uniform_below(rng, 400));
+    std::this_thread::sleep_for(std::chrono::microseconds(w == workers - 1 ? 4000 : 300 + jitter));
+  };
+  const auto report = hpcps::ps::train(ps, data, nullptr, train);
+  Backed out;
+  std::vector<std::size_t> mine(static_cast<std::size_t>(world.size()), 0);
+  const std::size_t pushed = ps.is_worker() ? report.gradient_pushes : 0;
+  world.allgather(&pushed, 1, mine.data());
+  out.pushed.assign(mine.begin(), mine.begin() + workers);
+  if (ps.is_server()) {
+    out.is_server = true;
+    out.applied = ps.server().stats().pushes_per_worker;
+    out.dropped = ps.server().stats().dropped_per_worker;
+    out.updates = ps.server().stats().updates;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("with backup workers each update sums the first W - b pushes and drops the late ones", "[sync][mpi]") {
+  if (!enough_ranks()) return;
+  const auto world = hpcps::comm::Communicator::world();
+  for (const int servers : {1, 2}) {
+    const int workers = world.size() - servers;
+    if (workers < 2) continue;
+    for (std::size_t b = 1; b < static_cast<std::size_t>(workers); ++b) {
+      INFO(workers << " workers, " << servers << " server(s), " << b << " backup(s)");
+      const Backed o = train_with_backups(b, 5 + b, servers);
+      if (!o.is_server) continue;
+      CAPTURE(o.pushed, o.applied, o.dropped);
+      std::size_t applied = 0;
+      for (std::size_t w = 0; w < o.pushed.size(); ++w) {
+        CHECK(o.applied[w] + o.dropped[w] == o.pushed[w]);  // every push applied or dropped, once
+        applied += o.applied[w];
+      }
+      CHECK(o.updates == 2 * 16);  // every clock updated once
+      // One server sees no push early: exactly W - b per update. Two may count an early one too.
+      if (servers == 1) CHECK(applied == o.updates * (static_cast<std::size_t>(workers) - b));
+      else CHECK(applied >= o.updates * (static_cast<std::size_t>(workers) - b));
+      CHECK(o.dropped.back() > 0);  // the slow worker's pushes came too late
+      CHECK(o.applied.front() > o.applied.back());
+    }
+  }
+}
+
+TEST_CASE("backup workers refuse a composition they cannot serve, in one sentence", "[sync][mpi][errors]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 3) return;
+  using Server = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
+  Server::Options options;
+  options.servers = 1;
+  options.max_batch = 4;  // shared memory on: one node
+  Server ps(world, Net({5, 6, 3}), hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.05f));
+  hpcps::ps::TrainOptions train;
+  train.batch = 4;
+  train.backup_workers = 1;
+  static const auto data = synthetic(16, 5, 3, 1);
+  if (ps.uses_shared_memory()) {
+    CHECK_THROWS_WITH(hpcps::ps::train(ps, data, nullptr, train),
+                      Catch::Contains("backup workers need a dedicated server and point-to-point pushes"));
+  }
+  train.backup_workers = static_cast<std::size_t>(world.size());
+  CHECK_THROWS_WITH(hpcps::ps::train(ps, data, nullptr, train), Catch::Contains("leave none to wait for"));
+}

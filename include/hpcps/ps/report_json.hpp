@@ -27,6 +27,7 @@ inline void write_report_fields(metrics::JsonWriter& json, const TrainingReport&
   json.field("train_seconds", r.train_seconds).field("wall_seconds", r.wall_seconds);
   json.key("server").begin_object();
   json.field("updates", r.server_updates).field("wait_seconds", r.server_wait).field("update_seconds", r.server_update);
+  json.field("dropped_pushes", r.dropped_pushes);  // backup workers: too late for their clock
   json.field("max_staleness", r.server_max_staleness);
   json.end_object();
   json.key("checkpoints").begin_object();

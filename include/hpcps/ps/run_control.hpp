@@ -33,6 +33,9 @@ class RunControl {
     std::size_t keep = 2;
     bool stop_on_signals = false;
     std::uint64_t end_clock = 0;  // the clock training ends at
+    // The ranks do not pass through clocks together (asynchronous, stale-synchronous, backup
+    // workers) and meet only at boundaries: signals travel as notices.
+    bool meets = !Server::sync_type::aggregates;
   };
 
   // Collective over the ParameterServer's world. `at`: where training starts.
@@ -40,7 +43,7 @@ class RunControl {
       : ps_(ps), settings_(std::move(settings)), at_(at), agreement_(ps.world()),
         last_checkpoint_(std::chrono::steady_clock::now()) {
     if (settings_.stop_on_signals) signals_ = std::make_unique<StopSignals>();
-    if (settings_.stop_on_signals && !Server::sync_type::aggregates) notice_.emplace(ps.world());
+    if (settings_.stop_on_signals && settings_.meets) notice_.emplace(ps.world());
   }
 
   // Every rank, after each clock. True when the ranks have agreed to stop after this one.

@@ -52,6 +52,7 @@ struct ServerStats {
   std::vector<std::size_t> pushes_per_worker;  // gradient slices applied, by worker (idle ones excluded)
   std::vector<std::size_t> clocks_per_worker;  // pushes received, idle ones included
   std::size_t max_staleness = 0;               // largest clock gap between an answered worker and the slowest
+  std::vector<std::size_t> dropped_per_worker;  // with backup workers: gradient slices that came too late
   double wait = 0.0;                           // waiting for pushes
   double update = 0.0;                         // summing, applying, answering
 };
@@ -95,6 +96,7 @@ class Server {
     }
     stats_.pushes_per_worker.assign(workers, 0);
     stats_.clocks_per_worker.assign(workers, 0);
+    stats_.dropped_per_worker.assign(workers, 0);
     active_.assign(workers, 1);
     sending_.assign(workers, 0);
     waiting_.assign(workers, 0);
@@ -126,6 +128,12 @@ class Server {
   void run(AfterClock&& after_clock) {
     allocate_inboxes();
     if constexpr (Sync::aggregates) {
+      if (backups_ > 0) {
+        run_with_backups(after_clock);
+        replies_.wait_all();
+        replies_.clear();
+        return;
+      }
       start_aggregating();
       while (serve_clock()) after_clock();
       for (auto& set : piece_replies_) {
@@ -163,6 +171,33 @@ class Server {
     first_clock_ = first_clock;
     next_ticket_ = first_clock * static_cast<std::uint64_t>(layout_.workers());
     tickets_out_.assign(active_.size(), 0);
+  }
+
+  // Synchronous serving with `backups` backup workers (Chen et al., "Revisiting distributed
+  // synchronous SGD", 2016): each clock's update sums the first W - backups pushes of that clock
+  // to arrive, and a push that comes after its clock's update is dropped (its samples are not
+  // used) and answered at once with the current parameters. A slow worker then delays no clock,
+  // at the cost of its part of the batch. Server 0 tells every worker, with each reply, which
+  // clock to compute next (a ticket: clock * W + worker, as for drawn work), so a late worker
+  // catches up with the others instead of falling further behind; the pushes carry their clocks
+  // (tags::push_clock). Point-to-point pushes only (no local worker, no shared memory): ps::train
+  // refuses the other compositions. The workers start the next run() at `first_clock`; before
+  // each run().
+  void serve_with_backups(std::size_t backups, std::uint64_t first_clock) {
+    static_assert(Sync::aggregates, "ps::Server: backup workers are a rule of the synchronous strategy");
+    if (backups >= active_.size() || local_ != std::numeric_limits<std::size_t>::max() || shared_window_) {
+      throw Error(fmt::format("ps::Server: {} backup worker(s) among {} workers{}", backups, active_.size(),
+                              backups >= active_.size() ? " leave no worker to wait for" : " need point-to-point pushes"));
+    }
+    backups_ = backups;
+    push_clocked_ = true;
+    first_clock_ = first_clock;
+    const std::size_t workers = active_.size();
+    receives_.reserve(workers * (pieces_.size() + 1));
+    replies_.reserve(workers * (pieces_.size() + 1));
+    push_clocks_.assign(workers, 0);
+    tickets_out_.assign(workers, 0);
+    fresh_.assign(workers, 0);
   }
 
   // A colocated rank's own worker, whose messages to this server would only be copies within the
@@ -363,6 +398,98 @@ class Server {
     }
   }
 
+  // The loop of serve_with_backups. Whole pushes, not pieces: a push is judged by its clock once
+  // all of it is in. Per worker: receiving a push; holding a fresh one until its clock's update
+  // (fresh_: its inbox is read then); or, at a server that has not finished the push's previous
+  // clock yet (server 0 may have answered it already), holding an early one (fresh_ = 2).
+  template <class AfterPush>
+  void run_with_backups(AfterPush& after_push) {
+    const std::size_t workers = active_.size();
+    const std::size_t pieces = pieces_.size();
+    const std::size_t slots = pieces + 1;
+    std::size_t remaining = workers, fresh = 0;
+    std::uint64_t clock = first_clock_;  // being collected: its pushes carry clock + 1
+    receives_.clear();
+    std::fill(active_.begin(), active_.end(), 1);
+    std::fill(pieces_in_.begin(), pieces_in_.end(), 0);
+    std::fill(fresh_.begin(), fresh_.end(), 0);
+    contributors_.clear();
+    const auto listen_all = [&](std::size_t w) {
+      for (std::size_t k = 0; k < pieces; ++k) receives_.replace(w * slots + k, listen(w, k));
+      receives_.replace(w * slots + pieces, listen_clock(w));
+    };
+    const auto answer = [&](std::size_t w) {
+      add_reply(w, clock * static_cast<std::uint64_t>(workers) + w);
+      listen_all(w);
+    };
+    for (std::size_t w = 0; w < workers; ++w) {
+      for (std::size_t k = 0; k < slots; ++k) receives_.add(comm::Request());
+      answer(w);
+    }
+    // A complete push from worker w: counted for this clock, dropped, or held for the next.
+    const auto judge = [&](std::size_t w) {
+      const std::uint64_t completes = push_clocks_[w];
+      if (completes == clock + 1) {
+        fresh_[w] = 1;
+        ++fresh;
+        if (push_count(w) > 0.0f) contributors_.push_back(w);
+      } else if (completes <= clock) {
+        ++stats_.dropped_per_worker[w];
+        answer(w);  // it computes the clock being collected, with the newest parameters
+      } else {
+        fresh_[w] = 2;
+      }
+    };
+    metrics::PhaseClock phase;
+    while (remaining > 0) {
+      phase.start();
+      const auto slot = static_cast<std::size_t>(receives_.wait_any());
+      phase.charge(stats_.wait);
+      const std::size_t w = slot / slots;
+      if (++pieces_in_[w] < slots) continue;
+      pieces_in_[w] = 0;
+      if (push_count(w) == push_count::stop) {
+        active_[w] = 0;
+        --remaining;
+      } else {
+        ++stats_.clocks_per_worker[w];
+        judge(w);
+      }
+      // The clock is complete with the first W - backups of its pushes (idle ones included), or
+      // with every push still to come once fewer workers remain.
+      while (fresh > 0 && fresh >= std::min(active_.size() - backups_, remaining)) {
+        replies_.wait_all();  // answers in flight read params_
+        replies_.clear();
+        std::sort(contributors_.begin(), contributors_.end());  // worker-rank order, whatever the arrival order
+        double total = 0.0;
+        for (std::size_t c : contributors_) total += push_count(c);
+        if (!contributors_.empty()) {
+          for (std::size_t c : contributors_) ++stats_.pushes_per_worker[c];
+          aggregate({0, range_.size()}, static_cast<float>(1.0 / total));
+          encode_parameters(0, range_.size());
+          ++stats_.updates;
+        }
+        contributors_.clear();
+        fresh = 0;
+        ++clock;
+        for (std::size_t v = 0; v < workers; ++v) {
+          if (fresh_[v] == 1) {
+            fresh_[v] = 0;
+            answer(v);
+          }
+        }
+        for (std::size_t v = 0; v < workers; ++v) {
+          if (fresh_[v] == 2) {
+            fresh_[v] = 0;
+            judge(v);
+          }
+        }
+      }
+      phase.charge(stats_.update);
+      after_push();
+    }
+  }
+
   // Answers every waiting worker that is within the staleness bound of the slowest active one.
   void answer_waiting_workers() {
     const std::size_t slowest = slowest_active_clock();
@@ -441,10 +568,15 @@ class Server {
     if (pull_wire_ != WireFormat::fp32) wire::encode(pull_wire_, params_ + begin, end - begin, params_wire_.data() + begin);
   }
 
+  // Server 0 hands out tickets with its replies where the workers draw their work or have backups.
   void add_reply(std::size_t worker) {
+    add_reply(worker, next_ticket_);
+    if (push_clocked_ && index_ == 0) ++next_ticket_;
+  }
+  void add_reply(std::size_t worker, std::uint64_t ticket) {
     for (std::size_t k = 0; k < pieces_.size(); ++k) replies_.add(reply(worker, k));
     if (push_clocked_ && index_ == 0) {
-      tickets_out_[worker] = next_ticket_++;
+      tickets_out_[worker] = ticket;
       replies_.add(world_.isend(&tickets_out_[worker], 1, layout_.worker_rank(static_cast<int>(worker)), tags::ticket));
     }
   }
@@ -504,6 +636,8 @@ class Server {
   std::vector<std::uint64_t> push_clocks_, progress_;  // by worker: received with the latest push, and applied
   std::uint64_t next_ticket_ = 0;              // server 0, drawn work: the next ticket to hand out
   std::vector<std::uint64_t> tickets_out_;     // by worker: the ticket in flight to it
+  std::size_t backups_ = 0;                    // synchronous serving with backup workers
+  std::vector<char> fresh_;                    // with backups, by worker: 1 counted for this clock, 2 early
   ServerStats stats_;
 };
 

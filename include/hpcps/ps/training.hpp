@@ -33,6 +33,7 @@
 #include "hpcps/ps/checkpoint_writer.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/run_control.hpp"
+#include "hpcps/ps/server.hpp"
 
 namespace hpcps::ps {
 
@@ -71,6 +72,13 @@ struct TrainOptions {
   //   not each worker's pushes. After a signal, up to W - 1 parts done before the stop are done
   //   again on resume (the checkpoint is of whole clocks).
   Balance balance = Balance::none;
+  // Synchronous strategy with backup workers (ps::Server::serve_with_backups): each clock's update
+  // sums the first W - backup_workers pushes to arrive and drops the late ones (their samples go
+  // unused), and a late worker moves on to the clock being collected. Beats balancing against
+  // sudden, unpredictable stragglers; loses to it against a steady slow worker, whose part is
+  // then always dropped. Needs a dedicated server and point-to-point pushes (ParameterServer
+  // Options::shared_memory = false); the ranks meet for checkpoints as asynchronous ones do.
+  std::size_t backup_workers = 0;
 };
 
 struct EpochReport {
@@ -107,6 +115,7 @@ struct TrainingReport {
   std::size_t server_updates = 0;
   std::size_t server_max_staleness = 0;  // largest clock gap any server allowed
   std::size_t gradient_pushes = 0;       // this worker's non-idle pushes (to each server)
+  std::size_t dropped_pushes = 0;        // backup workers: pushes too late for their clock (mean over servers)
   int workers = 0, servers = 0;
   // Checkpoints written, the time they took (every rank waits for them), the newest one's path.
   std::size_t checkpoints = 0;
@@ -170,6 +179,16 @@ std::string input_mismatch(const char* which, const data::Dataset& set, const Ne
   return {};
 }
 
+// Before each run of a server whose workers take tickets: drawn work, or backup workers.
+template <class Sync, class Optimizer>
+void serve_tickets(Server<Sync, Optimizer>& server, bool drawing, std::size_t backup_workers, std::uint64_t first_clock) {
+  if constexpr (Sync::aggregates) {
+    if (backup_workers > 0) server.serve_with_backups(backup_workers, first_clock);
+  } else {
+    if (drawing) server.serve_drawn_work(first_clock);
+  }
+}
+
 }  // namespace detail
 
 // Runs on every rank of the ParameterServer's world. The returned report is complete on rank 0.
@@ -215,6 +234,23 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   const bool controlled = !options.checkpoint.empty() || options.stop_on_signals;
   // Asynchronous and stale-synchronous workers balanced: each draws its next part of a clock.
   const bool drawing = options.balance == Balance::speed && !Server::sync_type::aggregates;
+  const bool backups = options.backup_workers > 0;
+  // Workers take their next part of a clock from server 0's replies: drawn work, backup workers.
+  const bool ticketed = drawing || backups;
+  if (backups) {  // every rank knows these alike
+    std::string problem;
+    if (!Server::sync_type::aggregates) {
+      problem = fmt::format("backup workers are a rule of the synchronous strategy, not '{}'", Server::sync_type::name);
+    } else if (options.balance != Balance::none) {
+      problem = "backup workers and a balanced split are two answers to one straggler: choose one";
+    } else if (options.backup_workers >= static_cast<std::size_t>(workers)) {
+      problem = fmt::format("{} backup worker(s) among {} worker(s) leave none to wait for", options.backup_workers, workers);
+    } else if (layout.colocated() || ps.uses_shared_memory()) {
+      problem = "backup workers need a dedicated server and point-to-point pushes (ParameterServer Options "
+                "servers >= 1 and shared_memory = false; in the examples --servers 1 --no-shared-memory)";
+    }
+    if (!problem.empty()) throw CollectiveError("ps::train: " + problem, world.rank() == 0);
+  }
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0 and the servers must be able to write.
@@ -228,8 +264,10 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   const comm::Communicator team = world.split(ps.is_worker() ? 0 : 1, world.rank());
   std::optional<RunControl<Server>> control;
   if (controlled) {
-    control.emplace(ps, typename RunControl<Server>::Settings{options.checkpoint, options.checkpoint_every,
-                                                              options.checkpoint_keep, options.stop_on_signals, end_clock},
+    control.emplace(ps,
+                    typename RunControl<Server>::Settings{options.checkpoint, options.checkpoint_every,
+                                                          options.checkpoint_keep, options.stop_on_signals, end_clock,
+                                                          !Server::sync_type::aggregates || backups},
                     start);
   }
   bool stopped = false;
@@ -329,13 +367,13 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
       if constexpr (lockstep) team.barrier();
     };
-    if (drawing) {
+    if (ticketed) {
       worker.set_push_clock(start.clock);  // its servers expect a clock with every push, the stop too
       worker.receive_tickets();
     }
     worker.start();
     bool finished = false;  // this worker has told the servers it stopped
-    if (drawing && start.clock < end_clock) {
+    if (ticketed && start.clock < end_clock) {
       std::uint64_t at = start.clock;  // where the segment starts
       std::uint64_t evaluated_at = at;  // the latest in-epoch evaluation point, in clocks
       OpenEpoch open = open_epoch(start.epoch);
@@ -395,7 +433,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         close_epoch(open);
       }
     }
-    for (std::size_t epoch = start.epoch; !drawing && epoch < options.epochs && !stopped; ++epoch) {
+    for (std::size_t epoch = start.epoch; !ticketed && epoch < options.epochs && !stopped; ++epoch) {
       OpenEpoch open = open_epoch(epoch);
       for (std::size_t c = epoch == start.epoch ? start.batch : 0; c < clocks; ++c) {
         const std::size_t in_clock = batcher.batch_count(c);
@@ -446,24 +484,20 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     const std::size_t samples = team.allreduce_value(local_samples, MPI_SUM);
     report.samples_per_second = report.train_seconds > 0 ? static_cast<double>(samples) / report.train_seconds : 0.0;
   } else if (control) {
-    if constexpr (Server::sync_type::aggregates) {
+    if (Server::sync_type::aggregates && !backups) {
       ps.server().run([&control] { control->after_clock(); });
     } else if (start.clock == end_clock) {
       ps.server().run();  // the workers start and stop at once
     } else {
       // Served until the workers stop where they meet (see the workers' loop), then met there.
       for (;;) {
-        if constexpr (!Server::sync_type::aggregates) {
-          if (drawing) ps.server().serve_drawn_work(control->position().clock);
-        }
+        detail::serve_tickets(ps.server(), drawing, options.backup_workers, control->position().clock);
         ps.server().run([&control] { control->poll(); });
         if (control->meet(std::nullopt) || control->position().clock >= end_clock) break;
       }
     }
   } else {
-    if constexpr (!Server::sync_type::aggregates) {
-      if (drawing) ps.server().serve_drawn_work(start.clock);
-    }
+    detail::serve_tickets(ps.server(), drawing, options.backup_workers, start.clock);
     ps.server().run();
   }
   if (control) {
@@ -476,19 +510,22 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   }
 
   // Server figures to rank 0 (a worker): the one collective both roles share after training.
-  double server_figures[3] = {0.0, 0.0, 0.0};
+  double server_figures[4] = {0.0, 0.0, 0.0, 0.0};
   std::size_t staleness = 0;
   if (ps.is_server()) {
-    server_figures[0] = ps.server().stats().wait;
-    server_figures[1] = ps.server().stats().update;
-    server_figures[2] = static_cast<double>(ps.server().stats().updates);
-    staleness = ps.server().stats().max_staleness;
+    const ServerStats& stats = ps.server().stats();
+    server_figures[0] = stats.wait;
+    server_figures[1] = stats.update;
+    server_figures[2] = static_cast<double>(stats.updates);
+    for (std::size_t d : stats.dropped_per_worker) server_figures[3] += static_cast<double>(d);
+    staleness = stats.max_staleness;
   }
-  world.allreduce_in_place(server_figures, 3, MPI_SUM);
+  world.allreduce_in_place(server_figures, 4, MPI_SUM);
   report.server_max_staleness = world.allreduce_value(staleness, MPI_MAX);
   report.server_wait = server_figures[0] / layout.servers();
   report.server_update = server_figures[1] / layout.servers();
   report.server_updates = static_cast<std::size_t>(server_figures[2]) / static_cast<std::size_t>(layout.servers());
+  report.dropped_pushes = static_cast<std::size_t>(server_figures[3]) / static_cast<std::size_t>(layout.servers());
   if (!report.epochs.empty()) report.test_accuracy = report.epochs.back().test_accuracy;
   report.wall_seconds = metrics::seconds_since(started);
   return report;
