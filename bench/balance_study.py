@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Balancing the synchronous strategy: with one worker computing --slowdown times slower (the
-examples' --slow-worker, the last worker), does splitting each clock's global batch by the
-workers' measured speed (--balance speed) beat the static split, and what does it cost when all
-speeds are equal? Static and balanced BSP on the colocated layout (2 ranks, both workers) and the
-dedicated one (2 workers + 1 server), SSP (s = 2) and asynchronous training on the dedicated one,
-each configuration --repeats times, interleaved round-robin so machine noise spreads over all.
+"""Heterogeneous workers: with one worker computing --slowdown times slower (the examples'
+--slow-worker, the last worker), which way of sharing the work keeps the slow worker from setting
+the pace, and what does each cost when all speeds are equal? Static and balanced BSP (--balance
+speed: each clock's batch split by measured speed) on the colocated layout (2 ranks, both workers)
+and the dedicated one (2 workers + 1 server); on the dedicated one also BSP with one backup worker
+(--backup-workers 1), and SSP (s = 2) and asynchronous training with static shards and with
+workers that draw their parts as they become free (--balance speed). Each configuration
+--repeats times, interleaved round-robin so machine noise spreads over all.
 
 Per run: the training seconds of all --epochs epochs (the slowest worker's: an asynchronous
 worker's epochs end at its own pace), those of the first 3 epochs (bsp only, whose workers move
@@ -14,7 +16,7 @@ accuracy, and the balanced runs' split over time. Writes JSON (--out),
 a PNG (--plot; needs python3-matplotlib) and a Markdown table (median, min-max).
 
 --scenario varying: the straggler comes and goes (--slow-period clocks slow, as many at full
-speed), static and balanced BSP with the worker slowed only, and the plot is the balanced split
+speed), every configuration with the worker slowed only, and the plot is the balanced split
 over time with the slow phases shaded: how fast the balancer follows a speed that changes.
 --smoke: one repetition of one epoch, written into the temporary folder, not bench/results.
 
@@ -33,19 +35,23 @@ from straggler_study import fmt, pyplot, summarize  # noqa: E402
 
 # (layout, ranks, servers), then (label, sync flags) per strategy; SSP and async need a server.
 LAYOUTS = [("colocated", 2, 0), ("dedicated", 3, 1)]
+# "drawn": the workers take the next part of a clock as they become free (--balance speed).
 STRATEGIES = [("bsp static", ["--sync", "bsp"]), ("bsp balanced", ["--sync", "bsp", "--balance", "speed"]),
-              ("ssp s=2", ["--sync", "ssp", "--staleness", "2"]), ("async", ["--sync", "async"])]
+              ("bsp backup 1", ["--sync", "bsp", "--backup-workers", "1"]),
+              ("ssp s=2", ["--sync", "ssp", "--staleness", "2"]),
+              ("ssp s=2 drawn", ["--sync", "ssp", "--staleness", "2", "--balance", "speed"]),
+              ("async", ["--sync", "async"]), ("async drawn", ["--sync", "async", "--balance", "speed"])]
 
 
 def configs(scenario):
     out = []
     for layout, ranks, servers in LAYOUTS:
         for label, flags in STRATEGIES:
-            if (servers == 0 or scenario == "varying") and not label.startswith("bsp"):
-                continue
+            if servers == 0 and label not in ("bsp static", "bsp balanced"):
+                continue  # the others need a rank that only serves
             for slowed in (True, False):
-                if not slowed and (scenario == "varying" or not label.startswith("bsp")):
-                    continue  # equal speeds: the balancer's cost only, measured by the steady scenario
+                if not slowed and scenario == "varying":
+                    continue  # equal speeds: measured by the steady scenario
                 out.append((layout, ranks, servers, label, tuple(flags), slowed))
     return out
 
@@ -92,6 +98,7 @@ def main():
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--out", help="default: bench/results/balance.json, balance_varying.json with --scenario varying")
     p.add_argument("--plot", help="default: --out with .png")
+    p.add_argument("--from-json", help="no runs: the table and plot again from a JSON this script wrote")
     args = p.parse_args()
     name = "balance" if args.scenario == "steady" else "balance_varying"
     if args.smoke:
@@ -102,8 +109,16 @@ def main():
     args.plot = args.plot or os.path.splitext(args.out)[0] + ".png"
 
     runs = {c: [] for c in configs(args.scenario)}
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        args.repeats, args.epochs = saved["repeats"], saved["epochs"]
+        for r in saved["results"]:
+            key = next(c for c in runs if c[0] == r["layout"] and c[3] == r["strategy"] and c[5] == r["slowed"])
+            runs[key] = r["runs"]
+        runs = {c: rs for c, rs in runs.items() if rs}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
+        for r in range(0 if args.from_json else args.repeats):
             for c in runs:
                 result = run_once(args, c, os.path.join(tmp, "report.json"))
                 runs[c].append(result)
@@ -133,9 +148,23 @@ def main():
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
 
-    def static_of(r):
+    def static_of(r, slowed=None):
+        slowed = r["slowed"] if slowed is None else slowed
         return next(x for x in results if x["layout"] == r["layout"] and x["strategy"] == "bsp static"
-                    and x["slowed"] == r["slowed"])
+                    and x["slowed"] == slowed)
+
+    # The ideal with one worker slowed, from the speeds: the static clock is the slow worker's
+    # B/W samples at 1/slowdown of a fast worker's speed; at the sum of the speeds, W - 1 +
+    # 1/slowdown fast workers' worth, the same B samples take (slowdown (W - 1) + 1) / W times
+    # less (2.5x for 2 workers and 4x). Assumes compute-bound clocks and a core per rank.
+    out["ideal_seconds"] = {}
+    for layout, ranks, servers in LAYOUTS:
+        workers = ranks - servers
+        static = static_of({"layout": layout, "slowed": True})["train_seconds"]["median"]
+        out["ideal_seconds"][layout] = static * workers / (args.slowdown * (workers - 1) + 1)
+        print(f"ideal with the worker slowed, {layout}: {out['ideal_seconds'][layout]:.2f} s ({args.epochs} epochs)")
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
 
     print(f"| layout | strategy | worker slowed | {args.epochs} epochs, s | vs static bsp | first 3 epochs, s | "
           f"to {args.target}, s | final test accuracy |")

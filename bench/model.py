@@ -651,8 +651,8 @@ def heterogeneous(rates, scheduler, balance, optimizer, cores, sizes, global_bat
     t_c = lambda b: rates.gradient_seconds_small(sizes, b)
     rows = []
     for r in balance["results"]:
-        if not r["strategy"].startswith("bsp"):
-            continue  # SSP and async have no clock that waits for every worker
+        if r["strategy"] not in ("bsp static", "bsp balanced"):
+            continue  # SSP and async have no clock that waits for every worker; backups wait for W - b
         servers = r["servers"]
         workers = r["ranks"] - servers
         slowdowns = [1.0] * workers
