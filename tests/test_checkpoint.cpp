@@ -170,10 +170,12 @@ TEST_CASE("a network with dropout resumes to the same bits, at an epoch end and 
 // clock interval: the workers stop pushing, the servers have applied every push, and the
 // checkpoint is written there. A resumed run continues from that clock with the servers' update
 // count (so the schedule goes on where it was).
-// With Balance::speed the workers draw their work (ps/training.hpp): the ranks meet at the same
-// clocks, and every part of every clock is still applied once.
+// With Balance::speed the workers draw their work (ps/training.hpp), and a synchronous run with
+// backup workers takes its clocks from server 0: the ranks meet at the same clocks, and every
+// part of every clock is still applied once.
 template <class Sync>
-void check_meeting_point_checkpoints(Sync sync, hpcps::ps::Balance balance = hpcps::ps::Balance::none) {
+void check_meeting_point_checkpoints(Sync sync, hpcps::ps::Balance balance = hpcps::ps::Balance::none,
+                                     std::size_t backups = 0) {
   using SyncPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, Sync, hpcps::optim::MomentumSgd>;
   const auto world = hpcps::comm::Communicator::world();
   if (world.size() < 2) {
@@ -183,8 +185,11 @@ void check_meeting_point_checkpoints(Sync sync, hpcps::ps::Balance balance = hpc
   const hpcps::optim::MomentumSgd momentum(0.05f);
   const std::string folder = fresh_folder(world, std::string("meeting-") + Sync::name);
   const auto train = [&](hpcps::ps::TrainOptions t, const std::string& resume) {
-    SyncPs ps(world, network(), hpcps::backend::Cpu(1), options<SyncPs>(1, resume), sync, momentum);
+    auto o = options<SyncPs>(1, resume);
+    o.shared_memory = backups == 0;  // backup workers exchange point to point
+    SyncPs ps(world, network(), hpcps::backend::Cpu(1), o, sync, momentum);
     t.balance = balance;
+    t.backup_workers = backups;
     return hpcps::ps::train(ps, train_set(), &test_set(), t);
   };
   const bool drawing = balance == hpcps::ps::Balance::speed;
@@ -215,21 +220,23 @@ void check_meeting_point_checkpoints(Sync sync, hpcps::ps::Balance balance = hpc
     auto stopped = train_options(2);
     if (checkpointing) stopped.checkpoint = stop_folder;
     stopped.stop_on_signals = true;
-    // Drawing workers share the clocks, and one of them may do few of them (a rank descheduled on
-    // a machine with fewer cores than ranks): the first worker to reach its clock 15 / W sends
-    // the one signal (an atomic mkdir decides which).
-    const std::size_t signal_at = drawing ? 15 / static_cast<std::size_t>(world.size() - 1) : 15;
+    // Workers that take tickets share the clocks, and one of them may do few of them (a rank
+    // descheduled on a machine with fewer cores than ranks; a backup worker whose pushes come
+    // late): the first worker to reach its clock 15 / W (drawn work) or 8 (backups) sends the one
+    // signal (an atomic mkdir decides which), and the stop may come some clocks later.
+    const bool ticketed = drawing || backups > 0;
+    const std::size_t signal_at = drawing ? 15 / static_cast<std::size_t>(world.size() - 1) : backups > 0 ? 8 : 15;
     const std::string signalled = fresh_folder(world, std::string("signalled-") + Sync::name);
     stopped.after_compute = [&](int w, std::size_t clock, double) {
-      if ((w == 0 || drawing) && clock == signal_at && fs::create_directory(signalled)) ::kill(pids.back(), SIGTERM);
+      if ((w == 0 || ticketed) && clock == signal_at && fs::create_directory(signalled)) ::kill(pids.back(), SIGTERM);
     };
     const auto part = train(stopped, {});
     CHECK(part.stop_signal == SIGTERM);
-    CHECK(part.clocks <= 17);  // worker 0 stops after clock 16; a slower worker earlier
+    if (ticketed) CHECK(part.clocks < 26);  // before the end
+    else CHECK(part.clocks <= 17);  // worker 0 stops after clock 16; a slower worker earlier
     if (checkpointing) {
-      // At the end of the first epoch (clock 13), and at the stop. Drawing workers share the
-      // clocks: worker 0's 16th step may come before clock 13.
-      if (drawing) CHECK(part.checkpoints >= 1);
+      // At the end of the first epoch (clock 13), and at the stop; ticketed workers may stop first.
+      if (ticketed) CHECK(part.checkpoints >= 1);
       else CHECK(part.checkpoints == 2);
       const auto rest = train(train_options(2), stop_folder);
       CHECK(rest.stop_signal == 0);
@@ -242,7 +249,7 @@ void check_meeting_point_checkpoints(Sync sync, hpcps::ps::Balance balance = hpc
   remove_folders(world);
 }
 
-TEST_CASE("stale-synchronous and asynchronous runs checkpoint where their ranks meet and resume there",
+TEST_CASE("runs whose ranks meet (ssp, async, drawn work, backup workers) checkpoint there and resume there",
           "[checkpoint]") {
   SECTION("ssp, staleness 1") { check_meeting_point_checkpoints(hpcps::sync::StaleSynchronous(1)); }
   SECTION("async") { check_meeting_point_checkpoints(hpcps::sync::Asynchronous{}); }
@@ -250,6 +257,13 @@ TEST_CASE("stale-synchronous and asynchronous runs checkpoint where their ranks 
     check_meeting_point_checkpoints(hpcps::sync::StaleSynchronous(1), hpcps::ps::Balance::speed);
   }
   SECTION("async, drawing") { check_meeting_point_checkpoints(hpcps::sync::Asynchronous{}, hpcps::ps::Balance::speed); }
+  // A signal may reach one worker before an epoch's end and another after it: the epoch reports
+  // must not wait for each other there.
+  SECTION("bsp, a backup worker") {
+    if (hpcps::comm::Communicator::world().size() >= 3) {
+      check_meeting_point_checkpoints(hpcps::sync::Synchronous{}, hpcps::ps::Balance::none, 1);
+    }
+  }
 }
 
 // A crash while a checkpoint is written leaves .partial-ckpt-<clock>: here one of a later clock than

@@ -301,7 +301,9 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     // of them. Asynchronous and stale-bounded workers must not be made to wait for each other at
     // epoch ends (that would undo what they are for): each keeps its own figures, and rank 0
     // reports its own, until the totals at the end.
-    constexpr bool lockstep = Server::sync_type::aggregates;
+    // Workers that take tickets (drawn work, backup workers) cross epoch ends at their own times
+    // and may stop on a signal on either side of one: they too keep their own figures.
+    const bool lockstep = Server::sync_type::aggregates && !ticketed;
     std::size_t local_samples = 0;
     double local_seconds = 0.0;
     const bool evaluating = w == 0 && options.evaluate && test_set != nullptr;
@@ -342,7 +344,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       double sums[7] = {open.stats.loss_sum, static_cast<double>(open.stats.count), static_cast<double>(open.stats.correct),
                         worker.times().compute, worker.times().communicate, worker.times().wait, evaluated_in_epoch};
       int contributors = 1;
-      if constexpr (lockstep) {
+      if (lockstep) {
         e.seconds = team.allreduce_value(e.seconds, MPI_MAX);
         team.allreduce_in_place(sums, 7, MPI_SUM);
         contributors = workers;
@@ -365,7 +367,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       if (w == 0 && on_epoch) on_epoch(e);
       report.epochs.push_back(e);
       // Start the next epoch together, so worker 0's evaluation is nobody's compute or wait time.
-      if constexpr (lockstep) team.barrier();
+      if (lockstep) team.barrier();
     };
     if (ticketed) {
       worker.set_push_clock(start.clock);  // its servers expect a clock with every push, the stop too
