@@ -324,7 +324,9 @@ TEST_CASE("with backup workers each update sums the first W - b pushes and drops
       if (servers == 1) CHECK(applied == o.updates * (static_cast<std::size_t>(workers) - b));
       else CHECK(applied >= o.updates * (static_cast<std::size_t>(workers) - b));
       CHECK(o.dropped.back() > 0);  // the slow worker's pushes came too late
-      CHECK(o.applied.front() > o.applied.back());
+      // It is applied less than the busiest other worker (with W - b = 1 only the fastest push of
+      // each clock counts, and which worker that is depends on the machine: any but the slow one).
+      CHECK(o.applied.back() < *std::max_element(o.applied.begin(), o.applied.end() - 1));
     }
   }
 }
