@@ -450,7 +450,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
     };
   }
   const bool checkpointing = !cfg.checkpoint.empty();
-  const auto report = hpcps::ps::train(ps, p.data.train, &p.data.test, train_options, [checkpointing](const hpcps::ps::EpochReport& e) {
+  auto report = hpcps::ps::train(ps, p.data.train, &p.data.test, train_options, [checkpointing](const hpcps::ps::EpochReport& e) {
     fmt::print("{:>5} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>11.0f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}{}\n", e.epoch,
                e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy, e.samples_per_second, e.seconds,
                e.times.compute, e.times.communicate, e.times.wait,
@@ -471,6 +471,19 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
     return 128 + report.stop_signal;
   }
 
+  if (root && report.epochs.empty() && !report.resumed_from.empty()) {
+    // Resumed at the end of training: nothing was trained, so no epoch measured the accuracy of
+    // the parameters the checkpoint holds (worker 0 received them).
+    fmt::print("nothing left to train: {} is at clock {}, the end of {} epoch(s); raise --epochs to go on\n",
+               report.resumed_from, report.clocks, cfg.epochs);
+    if (cfg.evaluate) {
+      auto& worker = ps.worker();
+      report.test_accuracy = worker.network()
+                                 .evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
+                                           p.data.test.images.data(), p.data.test.labels.data(), p.data.test.count)
+                                 .accuracy();
+    }
+  }
   if (root) {
     fmt::print("final test accuracy {}, {:.0f} samples/s, {:.2f} s training, {:.2f} s wall; "
                "server: {} updates, {:.2f} s waiting, {:.2f} s updating, largest staleness {}\n",
