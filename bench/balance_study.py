@@ -26,12 +26,11 @@ over time with the slow phases shaded: how fast the balancer follows a speed tha
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from straggler_study import fmt, pyplot, summarize  # noqa: E402
+from straggler_study import fmt, pyplot, run_example, summarize  # noqa: E402
 
 # (layout, ranks, servers), then (label, sync flags) per strategy; SSP and async need a server.
 LAYOUTS = [("colocated", 2, 0), ("dedicated", 3, 1)]
@@ -66,10 +65,7 @@ def run_once(args, config, report_path):
         cmd += ["--slow-worker", str(workers - 1), "--slowdown", str(args.slowdown)]
         if args.scenario == "varying":
             cmd += ["--slow-period", str(args.slow_period)]
-    env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout), OMP_NUM_THREADS="1")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=args.timeout + 30)
-    with open(report_path) as f:
-        report = json.load(f)
+    report = run_example(cmd, report_path, args.timeout)
     hit = next((e["train_seconds"] for e in report["evaluations"] if e["test_accuracy"] >= args.target), None)
     return {
         "three_epochs_seconds": sum(e["seconds"] for e in report["epochs"][:3]),

@@ -22,6 +22,14 @@ import tempfile
 STRATEGIES = [("bsp", None), ("ssp", 1), ("ssp", 2), ("ssp", 4), ("async", None)]
 
 
+def run_example(cmd, report_path, timeout):
+    """Runs an example under mpiexec on loopback, one thread per rank, and returns its JSON report."""
+    env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(timeout), OMP_NUM_THREADS="1")
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=timeout + 30)
+    with open(report_path) as f:
+        return json.load(f)
+
+
 def label(sync, staleness):
     return f"ssp s={staleness}" if sync == "ssp" else sync
 
@@ -35,10 +43,7 @@ def run_once(args, sync, staleness, slowed, report_path):
     if slowed:
         # The last worker (rank 0 evaluates, so it is never the one slowed).
         cmd += ["--slow-worker", str(args.ranks - 2), "--slowdown", str(args.slowdown)]
-    env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout), OMP_NUM_THREADS="1")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=args.timeout + 30)
-    with open(report_path) as f:
-        report = json.load(f)
+    report = run_example(cmd, report_path, args.timeout)
     hit = next((e["elapsed_seconds"] for e in report["evaluations"] if e["test_accuracy"] >= args.target), None)
     return {
         "time_to_target_seconds": hit,

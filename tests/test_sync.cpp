@@ -27,6 +27,17 @@ using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
 
 using hpcps_test::synthetic;
 
+// Every worker's gradient pushes, by worker, on every rank (a collective over `world`).
+template <class Server>
+std::vector<std::size_t> pushes_by_worker(const hpcps::comm::Communicator& world, const Server& ps,
+                                          const hpcps::ps::TrainingReport& report) {
+  std::vector<std::size_t> all(static_cast<std::size_t>(world.size()), 0);
+  const std::size_t pushed = ps.is_worker() ? report.gradient_pushes : 0;
+  world.allgather(&pushed, 1, all.data());
+  all.resize(static_cast<std::size_t>(ps.layout().workers()));  // workers are ranks [0, W)
+  return all;
+}
+
 struct Outcome {
   std::vector<std::size_t> pushed;   // by worker: gradient slices each worker pushed (to every server)
   std::vector<std::size_t> applied;  // on a server: slices it applied, by worker
@@ -66,10 +77,7 @@ Outcome train_with_delays(Sync sync, std::uint64_t seed, bool straggler, std::si
 
   Outcome out;
   out.expected_clocks = train.epochs * hpcps::ps::clocks_per_epoch(data.count, train.batch);
-  std::vector<std::size_t> mine(static_cast<std::size_t>(world.size()), 0);
-  const std::size_t pushed = ps.is_worker() ? report.gradient_pushes : 0;
-  world.allgather(&pushed, 1, mine.data());
-  out.pushed.assign(mine.begin(), mine.begin() + workers);
+  out.pushed = pushes_by_worker(world, ps, report);
   if (ps.is_server()) {
     out.is_server = true;
     out.applied = ps.server().stats().pushes_per_worker;
@@ -198,10 +206,7 @@ Drawn draw_with_delays(Sync sync, std::uint64_t seed, bool straggler) {
   }
   world.allreduce_in_place(uses.data(), uses.size(), MPI_SUM);
   out.uses = uses;
-  std::vector<std::size_t> mine(static_cast<std::size_t>(world.size()), 0);
-  const std::size_t pushed = ps.is_worker() ? out.report.gradient_pushes : 0;
-  world.allgather(&pushed, 1, mine.data());
-  out.pushed.assign(mine.begin(), mine.begin() + workers);
+  out.pushed = pushes_by_worker(world, ps, out.report);
   if (ps.is_server()) {
     out.server.is_server = true;
     out.server.applied = ps.server().stats().pushes_per_worker;
@@ -288,10 +293,7 @@ Backed train_with_backups(std::size_t backups, std::uint64_t seed, int servers) 
   };
   const auto report = hpcps::ps::train(ps, data, nullptr, train);
   Backed out;
-  std::vector<std::size_t> mine(static_cast<std::size_t>(world.size()), 0);
-  const std::size_t pushed = ps.is_worker() ? report.gradient_pushes : 0;
-  world.allgather(&pushed, 1, mine.data());
-  out.pushed.assign(mine.begin(), mine.begin() + workers);
+  out.pushed = pushes_by_worker(world, ps, report);
   if (ps.is_server()) {
     out.is_server = true;
     out.applied = ps.server().stats().pushes_per_worker;
