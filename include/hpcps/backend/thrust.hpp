@@ -7,9 +7,9 @@
 //   hpcps::backend::ThrustCpp   Thrust<thrust::system::cpp::tag>   serial, host memory
 //   hpcps::backend::ThrustCuda  Thrust<thrust::system::cuda::tag>  CUDA, device memory (nvcc only)
 //
-// GEMM goes to CBLAS on the host systems and to cuBLAS on CUDA. Everything else (bias +
-// activation, activation derivative, bias gradients, softmax + loss + delta) is a fused Thrust
-// for_each or reduce. Needs Thrust's headers (CCCL, under /usr/local/cuda/include/cccl) and, for
+// GEMM goes to CBLAS on the host systems and to cuBLAS on CUDA (row sums too, as GEMVs). Everything
+// else (bias + activation, activation derivative, softmax + loss + delta) is a fused Thrust
+// for_each. Needs Thrust's headers (CCCL, under /usr/local/cuda/include/cccl) and, for
 // the OpenMP system, -fopenmp; target hpcps::thrust in CMake provides both.
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +22,6 @@
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/reduce.h>
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/cpp/vector.h>
 #include <thrust/system/omp/execution_policy.h>
@@ -110,12 +109,13 @@ class Thrust {
   static std::int32_t* data(label_buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
   static const std::int32_t* data(const label_buffer_type& b) { return thrust::raw_pointer_cast(b.data()); }
 
-  // A host array as kernels can read it: the array itself on host systems, else a copy in `buffer`.
+  // A host array as kernels can read it: the array itself on host systems, else a copy in `buffer`
+  // (on CUDA through page-locked memory, so the host does not wait for the copy).
   const float* stage(const float* host, std::size_t n, buffer_type& buffer) const {
     if constexpr (host_accessible) {
       return host;
     } else {
-      upload(host, n, data(buffer));
+      context_->stage(host, n, data(buffer), 0);
       return data(buffer);
     }
   }
@@ -123,10 +123,11 @@ class Thrust {
     if constexpr (host_accessible) {
       return host;
     } else {
-      context_->upload(host, n, thrust::raw_pointer_cast(buffer.data()));
-      return thrust::raw_pointer_cast(buffer.data());
+      context_->stage(host, n, data(buffer), 1);
+      return data(buffer);
     }
   }
+  // Uploads are queued: `host` must stay as it is until the next download() or synchronize().
   void upload(const float* host, std::size_t n, float* dst) const {
     if constexpr (host_accessible) {
       std::copy(host, host + n, dst);
@@ -140,6 +141,11 @@ class Thrust {
     } else {
       context_->download(src, n, host);
     }
+  }
+
+  // Waits until everything queued so far is done: uploads have read their host memory.
+  void synchronize() const {
+    if constexpr (!host_accessible) context_->synchronize();
   }
 
   void gemm(Transpose ta, Transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
@@ -161,13 +167,19 @@ class Thrust {
   }
 
   void column_sums(const float* m, std::size_t rows, std::size_t cols, float* out) const {
-    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0),
-                     thrust::counting_iterator<std::size_t>(cols), detail::ColumnSum{m, out, rows, cols});
+    if constexpr (host_accessible) {
+      each(cols, detail::ColumnSum{m, out, rows, cols});
+    } else {
+      System::column_sums(*context_, m, rows, cols, out);
+    }
   }
 
   // One row per work item: max, log-sum-exp loss, argmax, and the delta written in place; the
-  // per-row losses and hits go to scratch arrays, then two reductions. The scratch grows to the
-  // largest batch seen and is reused, so the steady state allocates nothing.
+  // per-row losses and hits go to scratch arrays, summed in row order by one work item (a batch
+  // has few rows; thrust::reduce would allocate its temporary storage and wait for the device at
+  // every call). The scratch grows to the largest batch seen and is reused, so the steady state
+  // allocates nothing. On a device system the totals come back with a wait, unless defer_stats()
+  // is on: then the returned loss_sum and correct are zero until deferred_stats() fills them in.
   nn::BatchStats softmax_cross_entropy(float* logits, const std::int32_t* labels, std::size_t rows, std::size_t cols,
                                        bool write_delta) const {
     auto& scratch = *scratch_;
@@ -175,16 +187,39 @@ class Thrust {
       scratch.loss.resize(rows);
       scratch.hit.resize(rows);
     }
+    if (scratch.totals.empty()) scratch.totals.resize(1);
     double* loss = thrust::raw_pointer_cast(scratch.loss.data());
     std::uint32_t* hit = thrust::raw_pointer_cast(scratch.hit.data());
-    thrust::for_each(System::policy(*context_), thrust::counting_iterator<std::size_t>(0),
-                     thrust::counting_iterator<std::size_t>(rows),
-                     detail::SoftmaxCrossEntropyRow{logits, labels, loss, hit, cols, write_delta});
-    // UBSan flags these on the OpenMP system, for any rows including 0: Thrust's own null dispatch
-    // pointer in thrust/detail/reference.h (tests/sanitizers/ubsan.supp), not these arguments.
-    const double loss_sum = thrust::reduce(System::policy(*context_), loss, loss + rows, 0.0);
-    const std::size_t correct = thrust::reduce(System::policy(*context_), hit, hit + rows, std::size_t{0});
-    return nn::BatchStats{loss_sum, correct, rows};
+    detail::StatsTotals* totals = thrust::raw_pointer_cast(scratch.totals.data());
+    each(rows, detail::SoftmaxCrossEntropyRow{logits, labels, loss, hit, cols, write_delta});
+    each(1, detail::SumRowStats{loss, hit, rows, totals});
+    if constexpr (host_accessible) {
+      return nn::BatchStats{totals->loss_sum, static_cast<std::size_t>(totals->correct), rows};
+    } else {
+      scratch.deferred = scratch.deferring;
+      if (scratch.deferring) {
+        context_->fetch_stats(totals, false);
+        return nn::BatchStats{0.0, 0, rows};
+      }
+      const detail::StatsTotals& t = context_->fetch_stats(totals, true);
+      return nn::BatchStats{t.loss_sum, static_cast<std::size_t>(t.correct), rows};
+    }
+  }
+  // A worker computes a gradient and then downloads it, which waits anyway: with defer_stats(true)
+  // the loss and accuracy ride on that wait instead of adding one (device systems only).
+  void defer_stats(bool on) const { scratch_->deferring = on; }
+  // `stats` (what gradient() returned) with the loss and accuracy of a softmax_cross_entropy
+  // deferred since, once a download() or synchronize() has waited for them.
+  nn::BatchStats deferred_stats(nn::BatchStats stats) const {
+    if constexpr (!host_accessible) {
+      if (scratch_->deferred) {
+        const detail::StatsTotals& t = context_->settled_stats();
+        stats.loss_sum = t.loss_sum;
+        stats.correct = static_cast<std::size_t>(t.correct);
+        scratch_->deferred = false;
+      }
+    }
+    return stats;
   }
 
   // ---- Layer kernels: the same contracts as backend::BasicCpu's (docs/layers.md#backend-primitives),
@@ -200,7 +235,11 @@ class Thrust {
     each(count * channels * pixels, detail::ChannelBias{y, bias, channels, pixels});
   }
   void channel_sums(const float* dy, std::size_t count, std::size_t channels, std::size_t pixels, float* out) const {
-    each(channels, detail::ChannelSum{dy, out, count, channels, pixels});
+    if constexpr (host_accessible) {
+      each(channels, detail::ChannelSum{dy, out, count, channels, pixels});
+    } else {
+      System::channel_sums(*context_, dy, count, channels, pixels, out);
+    }
   }
   void max_pool(const float* x, std::size_t count, const Window2d& g, float* y, std::int32_t* argmax) const {
     each(count * g.out_size(), detail::MaxPool{x, y, argmax, g});
@@ -237,6 +276,9 @@ class Thrust {
   struct Scratch {
     typename System::template vector<double> loss;
     typename System::template vector<std::uint32_t> hit;
+    typename System::template vector<detail::StatsTotals> totals;
+    bool deferring = false;  // defer_stats()
+    bool deferred = false;   // a softmax_cross_entropy's totals are on their way (deferred_stats)
   };
   template <class Functor>
   void each(std::size_t n, Functor f) const {

@@ -54,6 +54,14 @@ template <class Backend>
 struct host_vector<Backend, std::void_t<typename Backend::template host_allocator<float>>> {
   using type = std::vector<float, typename Backend::template host_allocator<float>>;
 };
+// A device backend that can hand a batch's loss and accuracy over after the gradient's download
+// (backend::Thrust's defer_stats/deferred_stats) instead of waiting for them on their own.
+template <class Backend, class = void>
+struct defers_stats : std::false_type {};
+template <class Backend>
+struct defers_stats<Backend, std::void_t<decltype(std::declval<const Backend&>().defer_stats(true)),
+                                         decltype(std::declval<const Backend&>().deferred_stats(nn::BatchStats{}))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <class Network, class Backend>
@@ -62,6 +70,7 @@ class Worker {
   // worker can send as they are (host memory: a device gradient is downloaded after the step).
   static constexpr bool overlaps_backpropagation =
       nn::reports_gradient_progress_v<Network, Backend> && Backend::host_accessible;
+  static constexpr bool defers_stats = !Backend::host_accessible && detail::defers_stats<Backend>::value;
 
  public:
   using host_vector = typename detail::host_vector<Backend>::type;
@@ -129,6 +138,10 @@ class Worker {
         } else {
           stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
         }
+      } else if constexpr (defers_stats) {
+        backend_.defer_stats(true);
+        stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
+        backend_.defer_stats(false);
       } else {
         stats = network_.gradient(backend_, workspace_, compute_params(), inputs, labels, count, compute_grad());
       }
@@ -151,6 +164,13 @@ class Worker {
         }
       }
       push_piece(s, k, count > 0);
+    }
+    if constexpr (defers_stats) {
+      // The downloads above waited for the device, so the batch's totals are in.
+      if (count > 0) stats = backend_.deferred_stats(stats);
+    }
+    if constexpr (!Backend::host_accessible) {
+      if (count > 0) uploads_pending_ = false;  // the downloads waited for them too
     }
     unsent_ = 0;
     post_pulls();
@@ -322,6 +342,14 @@ class Worker {
     }
   }
   void post_pulls() {
+    if constexpr (!Backend::host_accessible) {
+      // The last pull's uploads read params_ and may still be queued: on a clock without a
+      // gradient nothing has waited for them since, and the receives below write params_.
+      if (uploads_pending_) {
+        backend_.synchronize();
+        uploads_pending_ = false;
+      }
+    }
     if (receives_tickets_) ticket_request_ = world_.irecv(&ticket_, 1, layout_.server_rank(0), tags::ticket);
     for (const auto& [s, k] : pull_order_) {
       const data::Range p = layout_.piece(s, k);
@@ -354,6 +382,7 @@ class Worker {
         if (convert) wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_ + p.begin);
         if constexpr (!Backend::host_accessible) {
           backend_.upload(params_ + p.begin, p.size(), Backend::data(device_params_) + p.begin);
+          uploads_pending_ = true;
         }
       }
     }
@@ -385,6 +414,7 @@ class Worker {
   std::vector<PieceId> push_order_;  // every piece of a push, in parameter order
   std::vector<PieceId> pull_order_;  // every piece of a pull, in the order post_pulls() posts them
   std::size_t unsent_ = 0;           // push_order_[0, unsent_) has not left in this step yet
+  bool uploads_pending_ = false;     // a device backend may still be reading params_ (post_pulls)
   bool overlap_ = false;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
   const comm::SharedWindow* shared_window_ = nullptr;

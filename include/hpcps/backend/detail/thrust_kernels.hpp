@@ -1,6 +1,6 @@
 #pragma once
 // The Thrust backend's elementwise kernels as functors over raw pointers, one work item per
-// element, column or row. HPCPS_HOST_DEVICE makes them __host__ __device__ under nvcc and leaves
+// element, column or row (a batch's statistics: one work item). HPCPS_HOST_DEVICE makes them __host__ __device__ under nvcc and leaves
 // them plain C++ under g++, so the OpenMP and CPP systems build without a CUDA compiler.
 #include <cmath>
 #include <cstddef>
@@ -56,6 +56,30 @@ struct SoftmaxCrossEntropyRow {
     const RowLoss row = softmax_cross_entropy_row(logits + r * cols, static_cast<std::size_t>(labels[r]), cols, write_delta);
     loss[r] = static_cast<double>(row.loss);
     hit[r] = row.hit ? 1u : 0u;
+  }
+};
+
+// What a batch's softmax_cross_entropy sums: loss and correct predictions.
+struct StatsTotals {
+  double loss_sum;
+  unsigned long long correct;
+};
+
+// One work item sums the rows' losses and hits, in row order (backend::Cpu's order).
+struct SumRowStats {
+  const double* loss;
+  const std::uint32_t* hit;
+  std::size_t rows;
+  StatsTotals* out;
+  HPCPS_HOST_DEVICE void operator()(std::size_t) const {
+    double sum = 0.0;
+    unsigned long long correct = 0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      sum += loss[r];
+      correct += hit[r];
+    }
+    out->loss_sum = sum;
+    out->correct = correct;
   }
 };
 
