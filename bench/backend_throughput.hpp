@@ -1,5 +1,5 @@
 #pragma once
-// Gradient throughput of one backend on one MLP shape, side by side with backend::Cpu in the same
+// Gradient throughput of one backend on one network (an MLP shape, or any nn network), side by side with backend::Cpu in the same
 // run: samples/s (median and range of the repeats), GFLOP/s from the GEMM FLOP count, and the
 // largest relative difference of its gradient from the CPU backend's. Used by
 // backend_throughput.cpp (host backends) and backend_throughput_cuda.cu (the CUDA backend).
@@ -21,17 +21,18 @@ inline double mlp_training_flops(const std::vector<std::size_t>& sizes, std::siz
   return flops;
 }
 
-template <class Backend>
-void measure_backend(hpcps::metrics::JsonWriter& json, const char* label, const std::vector<std::size_t>& sizes,
-                     std::size_t batch, int threads, int repeats) {
+// Times Network::gradient on Backend (median and range of `repeats`), writes one JSON object and
+// returns the median samples/s. `flops` is one batch's count, for GFLOP/s.
+template <class Backend, class Network>
+double measure_network(hpcps::metrics::JsonWriter& json, const char* label, const Network& net, std::size_t batch,
+                       int threads, int repeats, double flops) {
   const Backend backend(threads);
-  const hpcps::nn::Mlp<hpcps::nn::Relu> net(sizes);
   hpcps::data::Rng rng(3);
-  std::vector<float> params(net.parameter_count()), x(batch * sizes.front()), probe(1);
+  std::vector<float> params(net.parameter_count()), x(batch * net.input_size()), probe(1);
   std::vector<std::int32_t> y(batch);
   net.initialize(params.data(), 3);
   for (float& v : x) v = hpcps::data::uniform_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, sizes.back()));
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
   auto ws = net.make_workspace(backend, batch);
   auto device_params = backend.make_buffer(params.size());
   auto device_grad = backend.make_buffer(params.size());
@@ -43,9 +44,8 @@ void measure_backend(hpcps::metrics::JsonWriter& json, const char* label, const 
       },
       repeats);
   const auto diff = hpcps_test::compare_with_cpu(net, backend, batch, 11);
-  const double flops = mlp_training_flops(sizes, batch);
   json.begin_object();
-  json.field("backend", label).field("batch", batch).field("threads", threads);
+  json.field("backend", label).field("network", net.describe()).field("batch", batch).field("threads", threads);
   json.field("seconds_median", step.median).field("seconds_min", step.low).field("seconds_max", step.high);
   json.field("samples_per_second_median", static_cast<double>(batch) / step.median);
   json.field("samples_per_second_min", static_cast<double>(batch) / step.high);
@@ -58,6 +58,22 @@ void measure_backend(hpcps::metrics::JsonWriter& json, const char* label, const 
                label, net.describe().c_str(), batch, threads, static_cast<double>(batch) / step.median,
                static_cast<double>(batch) / step.high, static_cast<double>(batch) / step.low, flops / step.median / 1e9,
                diff.gradient);
+  return static_cast<double>(batch) / step.median;
+}
+
+// Multiply-adds x 2 of one step of the CNN example's network at `width` (bench/cnn_step.cpp, the
+// CUDA comparison): forward, weight gradients, input gradients (none below the first convolution).
+inline double cnn_flops_per_sample(std::size_t width) {
+  const double conv1 = 2.0 * width * 28 * 28 * 25, conv2 = 2.0 * (2 * width) * 14 * 14 * (width * 25);
+  const double dense1 = 2.0 * (2 * width * 7 * 7) * 128, dense2 = 2.0 * 128 * 10;
+  return 2 * conv1 + 3 * (conv2 + dense1 + dense2);
+}
+
+template <class Backend>
+double measure_backend(hpcps::metrics::JsonWriter& json, const char* label, const std::vector<std::size_t>& sizes,
+                       std::size_t batch, int threads, int repeats) {
+  return measure_network<Backend>(json, label, hpcps::nn::Mlp<hpcps::nn::Relu>(sizes), batch, threads, repeats,
+                                  mlp_training_flops(sizes, batch));
 }
 
 }  // namespace hpcps_bench

@@ -21,6 +21,7 @@
 #include "hpcps/data/random.hpp"
 #include "hpcps/metrics/json.hpp"
 #include "hpcps/nn/layers.hpp"
+#include "backend_throughput.hpp"
 #include "timing.hpp"
 
 namespace {
@@ -96,14 +97,6 @@ const char* layer_name(std::size_t i) {
   return names[i];
 }
 
-// Multiply-adds x 2 of one sample's step: forward, weight gradients, input gradients (none below
-// the first convolution).
-double flops_per_sample(std::size_t width) {
-  const double conv1 = 2.0 * width * 28 * 28 * 25, conv2 = 2.0 * (2 * width) * 14 * 14 * (width * 25);
-  const double dense1 = 2.0 * (2 * width * 7 * 7) * 128, dense2 = 2.0 * 128 * 10;
-  return 2 * conv1 + 3 * (conv2 + dense1 + dense2);
-}
-
 template <class B>
 void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t width, std::size_t batch, int threads,
              int repeats) {
@@ -138,10 +131,10 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t w
     bwd_rounds.push_back(bwd);
     loss_rounds.push_back(loss / static_cast<double>(steps));
   }
-  const double flops = flops_per_sample(width) * static_cast<double>(batch);
+  const double flops = hpcps_bench::cnn_flops_per_sample(width) * static_cast<double>(batch);
   json.begin_object();
   json.field("method", method).field("width", width).field("batch", batch).field("threads", threads);
-  json.field("parameters", net.parameter_count()).field("flops_per_sample", flops_per_sample(width));
+  json.field("parameters", net.parameter_count()).field("flops_per_sample", hpcps_bench::cnn_flops_per_sample(width));
   json.field("step_seconds_median", step.median).field("step_seconds_min", step.low).field("step_seconds_max", step.high);
   json.field("samples_per_second_median", static_cast<double>(batch) / step.median)
       .field("samples_per_second_min", static_cast<double>(batch) / step.high)
