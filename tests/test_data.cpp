@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -430,4 +431,62 @@ TEST_CASE("Batcher rejects bad arguments", "[batcher][errors]") {
   Dataset broken2 = make_dataset(10);
   broken2.images.push_back(0.0f);
   CHECK_THROWS_WITH(Batcher(broken2, Range{0, 10}, 4, 1), Catch::Contains("31 image floats"));
+}
+
+TEST_CASE("stored bytes convert to exactly the floats load_idx_pair makes, all 256 of them", "[batcher][stored]") {
+  std::vector<std::uint8_t> bytes(256 + 1);
+  for (std::size_t v = 0; v < 256; ++v) bytes[v] = static_cast<std::uint8_t>(v);
+  Dataset d;
+  d.count = 1, d.features = 256, d.classes = 1;
+  bytes[256] = 0;  // the label
+  d.pixel_bytes = bytes.data();
+  d.label_bytes = bytes.data() + 256;
+  std::vector<float> out(256);
+  std::int32_t label = -1;
+  hpcps::data::stage_range(d, 0, 1, out.data(), &label);
+  for (std::size_t v = 0; v < 256; ++v) {
+    INFO("byte " << v);
+    const float want = static_cast<float>(v) / 255.0f;
+    CHECK(std::memcmp(&out[v], &want, sizeof want) == 0);
+  }
+  CHECK(out[255] == 1.0f);
+  CHECK(label == 0);
+}
+
+TEST_CASE("Batcher serves the same batches from stored bytes as from floats", "[batcher][stored]") {
+  const std::size_t count = 53, features = 11;
+  std::vector<std::uint8_t> memory(count * (features + 1));
+  Rng rng(4);
+  for (auto& b : memory) b = static_cast<std::uint8_t>(hpcps::data::uniform_below(rng, 256));
+  for (std::size_t i = 0; i < count; ++i) memory[count * features + i] %= 6;
+  Dataset floats;
+  floats.count = count, floats.features = features, floats.classes = 6;
+  for (std::size_t i = 0; i < count * features; ++i) floats.images.push_back(static_cast<float>(memory[i]) / 255.0f);
+  for (std::size_t i = 0; i < count; ++i) floats.labels.push_back(memory[count * features + i]);
+  Dataset stored = floats.description();
+  stored.pixel_bytes = memory.data();
+  stored.label_bytes = memory.data() + count * features;
+
+  Batcher a(floats, Range{0, count}, 8, 17), b(stored, Range{0, count}, 8, 17);
+  for (std::size_t epoch = 0; epoch < 2; ++epoch) {
+    a.start_epoch(epoch), b.start_epoch(epoch);
+    for (std::size_t i = 0; i < a.batches_per_epoch(); ++i) {
+      const BatchView x = a.part(i, Range{1, a.batch_count(i)}), y = b.part(i, Range{1, b.batch_count(i)});
+      REQUIRE(x.count == y.count);
+      CHECK(std::memcmp(x.inputs, y.inputs, x.count * features * sizeof(float)) == 0);
+      CHECK(std::equal(x.labels, x.labels + x.count, y.labels));
+    }
+  }
+
+  // A view of rows [20, 40) only: a shard inside is served, one outside refused.
+  Dataset part = floats.description();
+  part.pixel_bytes = memory.data() + 20 * features;
+  part.label_bytes = memory.data() + count * features + 20;  // labels of rows 20.. (any memory will do here)
+  part.rows = Range{20, 40};
+  CHECK_NOTHROW(Batcher(part, Range{25, 40}, 4, 1));
+  CHECK_THROWS_WITH(Batcher(part, Range{10, 30}, 4, 1),
+                    Catch::Contains("shard [10, 30) is not inside the rows [20, 40) this Dataset holds"));
+  // A description without samples (a server's) cannot be batched.
+  const Dataset described = floats.description();
+  CHECK_THROWS_WITH(Batcher(described, Range{0, count}, 4, 1), Catch::Contains("holds none"));
 }

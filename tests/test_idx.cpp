@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -409,4 +410,157 @@ TEST_CASE("the installed Fashion-MNIST loads with the expected shape", "[fashion
     CHECK(*hi <= 1.0f);
     CHECK(*hi > *lo);  // a real image, not a blank row
   }
+}
+
+namespace {
+
+// Bytes this process has read through read(2) and friends so far (Linux: /proc/self/io).
+std::size_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  std::size_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("read_idx_records reads a range of records, plain or gzip, into the memory given", "[idx][records]") {
+  TempDir dir;
+  const std::uint32_t records = 40, rows = 3, cols = 5;
+  Bytes values = iota_bytes(records * rows * cols);
+  Bytes file = idx_bytes({records, rows, cols}, values);
+  write_file(dir.file("plain"), file);
+  write_gzip(dir.file("packed"), file);
+  for (const std::string name : {"plain", "packed"}) {
+    INFO(name);
+    const std::string path = dir.file(name);
+    const hpcps::data::IdxShape shape = hpcps::data::read_idx_shape(path);
+    CHECK(shape.dims == std::vector<std::uint32_t>{records, rows, cols});
+    CHECK(shape.records() == records);
+    CHECK(shape.record_bytes() == rows * cols);
+    CHECK(shape.header_bytes == 16);
+    CHECK(shape.gzip == (name == std::string("packed")));
+    for (const auto& [begin, end] : std::vector<std::pair<std::size_t, std::size_t>>{{0, 40}, {0, 1}, {7, 23}, {39, 40}, {12, 12}}) {
+      INFO("records [" << begin << ", " << end << ")");
+      Bytes got((end - begin) * rows * cols + 1, 0xEE);
+      hpcps::data::read_idx_records(path, shape, begin, end, got.data());
+      CHECK(std::equal(got.begin(), got.end() - 1, values.begin() + static_cast<std::ptrdiff_t>(begin * rows * cols)));
+      CHECK(got.back() == 0xEE);  // nothing written past the range
+    }
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_records(path, shape, 30, 41, nullptr), path,
+                           "records [30, 41) are not inside the file's 40 records");
+  }
+}
+
+TEST_CASE("read_idx_records of a plain file reads the range, not the rest of the file", "[idx][records]") {
+  TempDir dir;
+  const std::uint32_t records = 4096, width = 1024;  // 4 MiB of records
+  const std::string path = dir.file("big");
+  write_file(path, idx_bytes({records, width}, Bytes(std::size_t{records} * width, 7)));
+  const hpcps::data::IdxShape shape = hpcps::data::read_idx_shape(path);
+  Bytes got(2 * width);
+  const std::size_t before = bytes_read_so_far();
+  hpcps::data::read_idx_records(path, shape, 3000, 3002, got.data());
+  const std::size_t read = bytes_read_so_far() - before;
+  CHECK(read >= 2 * width);
+  CHECK(read < 256 * 1024);  // the two records, the header and stdio's buffer; not 4 MiB
+  CHECK(std::all_of(got.begin(), got.end(), [](std::uint8_t v) { return v == 7; }));
+}
+
+TEST_CASE("read_idx_shape and read_idx_records reject what read_idx rejects", "[idx][records][errors]") {
+  TempDir dir;
+  const std::string path = dir.file("bad");
+  SECTION("plain, truncated: found from the size alone") {
+    Bytes file = idx_bytes({10, 4}, iota_bytes(40));
+    file.resize(file.size() - 3);
+    write_file(path, file);
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_shape(path), path, "truncated: expected 40 data bytes, found 37");
+  }
+  SECTION("plain, trailing bytes") {
+    Bytes file = idx_bytes({10, 4}, iota_bytes(41));
+    write_file(path, file);
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_shape(path), path, "1 trailing bytes after the expected 40");
+  }
+  SECTION("gzip, truncated: found when the missing records are read") {
+    Bytes file = idx_bytes({10, 4}, iota_bytes(36));  // 4 bytes short
+    write_gzip(path, file);
+    const auto shape = hpcps::data::read_idx_shape(path);
+    Bytes got(40);
+    CHECK_NOTHROW(hpcps::data::read_idx_records(path, shape, 0, 5, got.data()));
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_records(path, shape, 5, 10, got.data()), path,
+                           "truncated: expected 40 data bytes, found 36");
+  }
+  SECTION("gzip, trailing bytes: found when the last record is read") {
+    write_gzip(path, idx_bytes({10, 4}, iota_bytes(43)));
+    const auto shape = hpcps::data::read_idx_shape(path);
+    Bytes got(40);
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_records(path, shape, 0, 10, got.data()), path,
+                           "3 trailing bytes after the expected 40");
+  }
+  SECTION("gzip, corrupt stream") {
+    Bytes gz = gzip_bytes(dir, idx_bytes({10, 28, 28}, iota_bytes(10 * 28 * 28)));
+    gz[gz.size() - 8] ^= 0xFF;  // CRC
+    write_file(path, gz);
+    const auto shape = hpcps::data::read_idx_shape(path);
+    Bytes got(10 * 28 * 28);
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_records(path, shape, 0, 10, got.data()), path,
+                           "gzip: corrupt stream: incorrect data check");
+  }
+  SECTION("bad header, as read_idx says it") {
+    write_file(path, Bytes{0, 0, 0x0D, 1, 0, 0, 0, 1, 0, 0, 0, 0});
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_shape(path), path, "unsupported IDX type byte 0x0d (float32)");
+  }
+  SECTION("missing file") {
+    HPCPS_CHECK_DATA_ERROR(hpcps::data::read_idx_shape(dir.file("none")), dir.file("none"), "cannot open");
+  }
+}
+
+TEST_CASE("a stored-bytes Dataset describes, views and converts to load_idx_pair's floats", "[dataset][stored]") {
+  TempDir dir;
+  const std::uint32_t count = 30;
+  Bytes pixels(count * 4 * 4);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 37 + 5);
+  Bytes labels(count);
+  for (std::size_t i = 0; i < count; ++i) labels[i] = static_cast<std::uint8_t>(i % 3);
+  const std::string images_path = dir.file("images.gz"), labels_path = dir.file("labels");
+  write_gzip(images_path, idx_bytes({count, 4, 4}, pixels));
+  write_file(labels_path, idx_bytes({count}, labels));
+  const hpcps::data::IdxPairFiles files{images_path, labels_path, 3};
+
+  const hpcps::data::Dataset d = hpcps::data::describe_idx_pair(files);
+  CHECK(d.count == count);
+  CHECK(d.features == 16);
+  CHECK(d.classes == 3);
+  CHECK((d.channels == 1 && d.height == 4 && d.width == 4));
+  CHECK_FALSE(d.holds_samples());
+
+  const hpcps::data::Dataset floats = hpcps::data::load_idx_pair(images_path, labels_path, 3);
+  const hpcps::data::Dataset stored = hpcps::data::load_stored(files);
+  CHECK(stored.holds_bytes());
+  CHECK(stored.images.empty());
+  std::vector<float> out(count * 16);
+  std::vector<std::int32_t> out_labels(count);
+  hpcps::data::stage_range(stored, 0, count, out.data(), out_labels.data());
+  CHECK(std::memcmp(out.data(), floats.images.data(), out.size() * sizeof(float)) == 0);
+  CHECK(out_labels == floats.labels);
+
+  const hpcps::data::Dataset part = hpcps::data::load_stored(files, hpcps::data::Range{10, 20});
+  CHECK(part.held() == hpcps::data::Range{10, 20});
+  CHECK(part.count == count);
+  const std::size_t rows[2] = {19, 10};
+  hpcps::data::stage_rows(part, rows, 2, out.data(), out_labels.data());
+  CHECK(std::memcmp(out.data(), floats.images.data() + 19 * 16, 16 * sizeof(float)) == 0);
+  CHECK(std::memcmp(out.data() + 16, floats.images.data() + 10 * 16, 16 * sizeof(float)) == 0);
+  CHECK(out_labels[0] == floats.labels[19]);
+
+  labels[7] = 3;  // beyond 3 classes
+  write_file(labels_path, idx_bytes({count}, labels));
+  HPCPS_CHECK_DATA_ERROR(hpcps::data::load_stored(files), labels_path,
+                         "label at index 7 is 3; expected a value below 3 classes");
+  write_file(labels_path, idx_bytes({count - 1}, Bytes(count - 1, 0)));
+  HPCPS_CHECK_DATA_ERROR(hpcps::data::describe_idx_pair(files), labels_path,
+                         "label count 29 does not match image count 30");
 }

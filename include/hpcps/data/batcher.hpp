@@ -3,9 +3,11 @@
 // every worker holds the same Batcher and takes its part of each global batch). The order depends
 // only on (seed, epoch), so a run can be reproduced, or resumed at any batch, on any number of
 // workers, without saving any state. Rows are copied into buffers allocated once, so the training
-// loop never allocates and the pointers handed out stay valid (and equal) from batch to batch.
+// loop never allocates and the pointers handed out stay valid (and equal) from batch to batch; a
+// Dataset of stored bytes is converted to floats in that copy (data/rows.hpp).
 #include <hpcps/data/dataset.hpp>
 #include <hpcps/data/random.hpp>
+#include <hpcps/data/rows.hpp>
 #include <hpcps/data/shard.hpp>
 #include <hpcps/error.hpp>
 
@@ -36,14 +38,32 @@ class Batcher {
       throw hpcps::Error(fmt::format("Batcher: shard [{}, {}) is not inside the dataset's {} samples", shard.begin,
                                      shard.end, data.count));
     }
-    // Checked by division so a corrupt count * features cannot overflow into a match.
-    const bool images_match = data.features == 0 ? data.images.empty()
-                                                 : data.images.size() % data.features == 0 &&
-                                                       data.images.size() / data.features == data.count;
-    if (!images_match || data.labels.size() != data.count) {
-      throw hpcps::Error(fmt::format("Batcher: inconsistent Dataset: count {} and features {} but {} image floats "
-                                     "and {} labels",
-                                     data.count, data.features, data.images.size(), data.labels.size()));
+    if (data.holds_bytes()) {
+      const Range held = data.held();
+      if (data.label_bytes == nullptr || held.begin > held.end || held.end > data.count) {
+        throw hpcps::Error(fmt::format("Batcher: inconsistent Dataset: stored rows [{}, {}) of {} samples{}",
+                                       held.begin, held.end, data.count,
+                                       data.label_bytes == nullptr ? " without labels" : ""));
+      }
+      if (shard.size() > 0 && (shard.begin < held.begin || shard.end > held.end)) {
+        throw hpcps::Error(fmt::format("Batcher: shard [{}, {}) is not inside the rows [{}, {}) this Dataset holds "
+                                       "(a node that holds only the ranges its workers read)",
+                                       shard.begin, shard.end, held.begin, held.end));
+      }
+    } else if (!data.holds_samples() && data.labels.empty() && shard.size() > 0) {
+      throw hpcps::Error(fmt::format("Batcher: the Dataset describes {} samples but holds none (a rank that loaded "
+                                     "no data, such as a server)",
+                                     data.count));
+    } else {
+      // Checked by division so a corrupt count * features cannot overflow into a match.
+      const bool images_match = data.features == 0 ? data.images.empty()
+                                                   : data.images.size() % data.features == 0 &&
+                                                         data.images.size() / data.features == data.count;
+      if (!images_match || data.labels.size() != data.count) {
+        throw hpcps::Error(fmt::format("Batcher: inconsistent Dataset: count {} and features {} but {} image floats "
+                                       "and {} labels",
+                                       data.count, data.features, data.images.size(), data.labels.size()));
+      }
     }
     // A batch never holds more rows than the shard, so a huge batch_size does not over-allocate.
     const std::size_t rows = std::min(batch_size, shard.size());
@@ -90,13 +110,7 @@ class Batcher {
     }
     const std::size_t first = index * batch_size_ + within.begin;
     const std::size_t count = within.size();
-    const std::size_t features = data_->features;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t row = order_[first + i];
-      const float* src = data_->images.data() + row * features;
-      std::copy(src, src + features, inputs_.data() + i * features);
-      labels_[i] = data_->labels[row];
-    }
+    stage_rows(*data_, order_.data() + first, count, inputs_.data(), labels_.data());
     return BatchView{inputs_.data(), labels_.data(), count};
   }
 

@@ -1,13 +1,20 @@
 #pragma once
 // An in-memory labelled dataset and the loader that builds one from an IDX image file and an IDX
-// label file. Images are stored as float once, at load time, so batching is a plain row copy.
+// label file. A Dataset holds its samples in one of two forms:
+// - as floats in `images` and `labels` (load_idx_pair, and sets built by hand, as in the tests);
+// - as the bytes the IDX files store (`pixel_bytes`, `label_bytes`: 4x smaller than floats), in
+//   memory it owns (`storage`) or in memory someone else keeps, such as the node's shared window
+//   (ps/node_dataset.hpp). Every copy of its samples then converts them, pixel / 255.0f, exactly as
+//   load_idx_pair does (data/rows.hpp), so both forms give a network the same floats.
 #include <hpcps/data/idx.hpp>
+#include <hpcps/data/shard.hpp>
 
 #include <fmt/format.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,16 +31,60 @@ struct Dataset {
   // All zero in a Dataset built by hand without them: its samples are then known only as `features`.
   std::size_t channels = 0, height = 0, width = 0;
 
+  // The samples as stored bytes, when `images` and `labels` are empty: the rows `rows` (all
+  // `count` of them unless a node holds only the ranges its workers read), row-major from the
+  // first of them; labels already checked against `classes`.
+  const std::uint8_t* pixel_bytes = nullptr;
+  const std::uint8_t* label_bytes = nullptr;
+  Range rows{};  // {0, 0}: all of [0, count)
+  // Owns the bytes of a private copy; empty where they lie in memory the caller keeps alive.
+  std::shared_ptr<const void> storage;
+
   // Whether the layout above is known (and consistent with `features`).
   bool has_layout() const { return channels * height * width == features && features > 0; }
+  bool holds_bytes() const { return pixel_bytes != nullptr; }
+  // Whether it holds any samples: a Dataset may describe a set (count, features, classes) without
+  // them, as it does on a rank that trains on none (a server).
+  bool holds_samples() const { return holds_bytes() || !images.empty() || count == 0; }
+  // The rows whose samples it holds.
+  Range held() const {
+    if (!holds_samples()) return Range{0, 0};
+    return holds_bytes() && rows.end != 0 ? rows : Range{0, count};
+  }
+  // The same set without its samples.
+  Dataset description() const {
+    Dataset d;
+    d.count = count, d.features = features, d.classes = classes;
+    d.channels = channels, d.height = height, d.width = width;
+    return d;
+  }
 };
 
-inline Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path,
-                             std::size_t classes = 10) {
+namespace detail {
+
+// The layout an IDX image file's dimensions give (see Dataset).
+inline void set_layout(Dataset& data, const std::vector<std::uint32_t>& d) {
+  if (d.size() == 2) {
+    data.channels = d[1], data.height = 1, data.width = 1;
+  } else if (d.size() == 3) {
+    data.channels = 1, data.height = d[1], data.width = d[2];
+  } else if (d.size() == 4) {
+    data.channels = d[1], data.height = d[2], data.width = d[3];
+  }  // more dimensions: no layout, only `features`
+}
+
+inline void check_classes(const std::string& labels_path, std::size_t classes) {
   if (classes == 0 || classes > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw DataError(fmt::format("{}: classes must be in 1..{}, got {}", labels_path,
                                 std::numeric_limits<std::int32_t>::max(), classes));
   }
+}
+
+}  // namespace detail
+
+inline Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path,
+                             std::size_t classes = 10) {
+  detail::check_classes(labels_path, classes);
   IdxArray images = read_idx(images_path);
   if (images.dims.size() < 2) {
     throw DataError(fmt::format("{}: images need at least 2 dimensions (count, features...), found {}",
@@ -53,14 +104,7 @@ inline Dataset load_idx_pair(const std::string& images_path, const std::string& 
   Dataset data;
   data.count = count;
   data.features = images.values.size() / count;  // read_idx guarantees an exact product, count >= 1
-  const auto& d = images.dims;
-  if (d.size() == 2) {
-    data.channels = d[1], data.height = 1, data.width = 1;
-  } else if (d.size() == 3) {
-    data.channels = 1, data.height = d[1], data.width = d[2];
-  } else if (d.size() == 4) {
-    data.channels = d[1], data.height = d[2], data.width = d[3];
-  }  // more dimensions: no layout, only `features`
+  detail::set_layout(data, images.dims);
   data.classes = classes;
   data.labels.resize(count);
   for (std::size_t i = 0; i < count; ++i) {

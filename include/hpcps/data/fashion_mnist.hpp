@@ -2,6 +2,7 @@
 // Locates and loads the Fashion-MNIST train and test sets. The files are not downloaded here:
 // compute nodes usually have no network, so the error says how to install them instead.
 #include <hpcps/data/dataset.hpp>
+#include <hpcps/data/stored_dataset.hpp>
 
 #include <fmt/format.h>
 
@@ -36,17 +37,45 @@ inline std::string find_fashion_mnist_file(const std::string& dir, const std::st
 
 }  // namespace detail
 
-inline TrainTest load_fashion_mnist(const std::string& dir = default_fashion_mnist_dir()) {
-  // Resolve all four names first so a missing file is reported before any file is read.
-  std::string train_images = detail::find_fashion_mnist_file(dir, "train-images-idx3-ubyte");
-  std::string train_labels = detail::find_fashion_mnist_file(dir, "train-labels-idx1-ubyte");
-  std::string test_images = detail::find_fashion_mnist_file(dir, "t10k-images-idx3-ubyte");
-  std::string test_labels = detail::find_fashion_mnist_file(dir, "t10k-labels-idx1-ubyte");
-  TrainTest sets{load_idx_pair(train_images, train_labels, 10), load_idx_pair(test_images, test_labels, 10)};
-  if (sets.train.features != sets.test.features) {
+// The four files of the set in `dir`, resolved before any is read, so a missing one is reported
+// first.
+struct TrainTestFiles {
+  IdxPairFiles train;
+  IdxPairFiles test;
+};
+
+inline TrainTestFiles fashion_mnist_files(const std::string& dir = default_fashion_mnist_dir()) {
+  return TrainTestFiles{{detail::find_fashion_mnist_file(dir, "train-images-idx3-ubyte"),
+                         detail::find_fashion_mnist_file(dir, "train-labels-idx1-ubyte"), 10},
+                        {detail::find_fashion_mnist_file(dir, "t10k-images-idx3-ubyte"),
+                         detail::find_fashion_mnist_file(dir, "t10k-labels-idx1-ubyte"), 10}};
+}
+
+namespace detail {
+
+inline void check_same_features(const TrainTestFiles& files, const Dataset& train, const Dataset& test) {
+  if (train.features != test.features) {
     throw DataError(fmt::format("{}: test images have {} features per sample but train images ({}) have {}",
-                                test_images, sets.test.features, train_images, sets.train.features));
+                                files.test.images, test.features, files.train.images, train.features));
   }
+}
+
+}  // namespace detail
+
+// Both sets as floats, read whole (the simple form; ps/node_dataset.hpp keeps one copy of the
+// stored bytes per node instead).
+inline TrainTest load_fashion_mnist(const std::string& dir = default_fashion_mnist_dir()) {
+  const TrainTestFiles files = fashion_mnist_files(dir);
+  TrainTest sets{load_idx_pair(files.train.images, files.train.labels, 10),
+                 load_idx_pair(files.test.images, files.test.labels, 10)};
+  detail::check_same_features(files, sets.train, sets.test);
+  return sets;
+}
+
+// Both sets described from their headers: counts, features, layout; no samples.
+inline TrainTest describe_fashion_mnist(const TrainTestFiles& files) {
+  TrainTest sets{describe_idx_pair(files.train), describe_idx_pair(files.test)};
+  detail::check_same_features(files, sets.train, sets.test);
   return sets;
 }
 

@@ -16,6 +16,8 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace hpcps::data {
@@ -124,15 +126,16 @@ inline const char* idx_type_name(unsigned type) {
 
 }  // namespace detail
 
-inline IdxArray read_idx(const std::string& path) {
-  std::vector<unsigned char> bytes = detail::read_file_bytes(path);
-  // Decide by content, not by name: downloads are often renamed or already decompressed.
-  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) {
-    bytes = detail::gunzip(path, bytes);
-  }
+namespace detail {
 
-  if (bytes.size() < 4) {
-    throw DataError(fmt::format("{}: truncated header: expected at least 4 bytes, found {}", path, bytes.size()));
+// An IDX header's dimensions and size, checked field by field (type 0x08 only); shared by the
+// whole-file reader below and the range reader (idx_records.hpp), so both say the same about a bad
+// file. `bytes` holds the first `available` bytes of the (decompressed) file.
+inline std::pair<std::vector<std::uint32_t>, std::size_t> parse_idx_header(const std::string& path,
+                                                                           const unsigned char* bytes,
+                                                                           std::size_t available) {
+  if (available < 4) {
+    throw DataError(fmt::format("{}: truncated header: expected at least 4 bytes, found {}", path, available));
   }
   if (bytes[0] != 0 || bytes[1] != 0) {
     throw DataError(fmt::format("{}: bad magic: expected first two bytes 00 00, found {:02x} {:02x} "
@@ -143,23 +146,21 @@ inline IdxArray read_idx(const std::string& path) {
   if (type != 0x08) {
     throw DataError(fmt::format("{}: unsupported IDX type byte 0x{:02x} ({}); only 0x08 (unsigned byte) is "
                                 "supported",
-                                path, type, detail::idx_type_name(type)));
+                                path, type, idx_type_name(type)));
   }
   unsigned ndims = bytes[3];
   if (ndims < 1 || ndims > 4) {
     throw DataError(fmt::format("{}: bad number of dimensions: expected 1..4, found {}", path, ndims));
   }
   std::size_t header = 4 + 4 * std::size_t{ndims};
-  if (bytes.size() < header) {
+  if (available < header) {
     throw DataError(fmt::format("{}: truncated header: expected {} bytes for {} dimensions, found {}", path,
-                                header, ndims, bytes.size()));
+                                header, ndims, available));
   }
-
-  IdxArray array;
-  array.dims.resize(ndims);
+  std::vector<std::uint32_t> dims(ndims);
   std::size_t count = 1;
   for (unsigned i = 0; i < ndims; ++i) {
-    const unsigned char* p = bytes.data() + 4 + 4 * i;
+    const unsigned char* p = bytes + 4 + 4 * i;
     std::uint32_t d = (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
                       std::uint32_t{p[3]};
     if (d == 0) {
@@ -170,17 +171,36 @@ inline IdxArray read_idx(const std::string& path) {
                                   i, d));
     }
     count *= d;
-    array.dims[i] = d;
+    dims[i] = d;
   }
+  return {std::move(dims), header};
+}
 
-  std::size_t found = bytes.size() - header;
-  if (found < count) {
-    throw DataError(fmt::format("{}: truncated: expected {} data bytes, found {}", path, count, found));
+// The payload must be exactly what the header promises.
+inline void check_idx_payload(const std::string& path, std::size_t expected, std::size_t found) {
+  if (found < expected) {
+    throw DataError(fmt::format("{}: truncated: expected {} data bytes, found {}", path, expected, found));
   }
-  if (found > count) {
-    throw DataError(fmt::format("{}: {} trailing bytes after the expected {} data bytes", path, found - count,
-                                count));
+  if (found > expected) {
+    throw DataError(fmt::format("{}: {} trailing bytes after the expected {} data bytes", path, found - expected,
+                                expected));
   }
+}
+
+}  // namespace detail
+
+inline IdxArray read_idx(const std::string& path) {
+  std::vector<unsigned char> bytes = detail::read_file_bytes(path);
+  // Decide by content, not by name: downloads are often renamed or already decompressed.
+  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) {
+    bytes = detail::gunzip(path, bytes);
+  }
+  IdxArray array;
+  std::size_t header = 0;
+  std::tie(array.dims, header) = detail::parse_idx_header(path, bytes.data(), bytes.size());
+  std::size_t count = 1;
+  for (std::uint32_t d : array.dims) count *= d;
+  detail::check_idx_payload(path, count, bytes.size() - header);
   array.values.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return array;
 }
