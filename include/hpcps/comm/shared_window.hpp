@@ -98,6 +98,16 @@ class SharedWindow {
     return reinterpret_cast<void*>((address + segment_alignment - 1) / segment_alignment * segment_alignment);
   }
 
+  // Bytes MPI allocated for node rank `rank`'s segment: footprint() of what it asked for (checked
+  // from any rank of the node; a rank that asked for nothing has one page).
+  std::size_t segment_size(int rank) const {
+    MPI_Aint size = 0;
+    int unit = 0;
+    void* base = nullptr;
+    check(MPI_Win_shared_query(win_, rank, &size, &unit, &base), "MPI_Win_shared_query", "node rank {}", rank);
+    return static_cast<std::size_t>(size);
+  }
+
   // Makes this process's stores visible to the others and theirs to it: call it after storing and
   // before the message that says so, and after receiving such a message and before loading.
   void sync() const { check(MPI_Win_sync(win_), "MPI_Win_sync", "shared window"); }

@@ -31,6 +31,7 @@
 #include "hpcps/ps/balance.hpp"
 #include "hpcps/ps/checkpoint_interval.hpp"
 #include "hpcps/ps/checkpoint_writer.hpp"
+#include "hpcps/ps/evaluation.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/run_control.hpp"
 #include "hpcps/ps/server.hpp"
@@ -310,10 +311,12 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     if (evaluating) report.evaluations.reserve(options.epochs * (options.evaluations_per_epoch + 1));
     const std::size_t evaluate_every = std::max<std::size_t>(1, clocks / std::max<std::size_t>(1, options.evaluations_per_epoch));
     double evaluating_seconds = 0.0;  // rank 0's time in evaluations so far
+    EvaluationBuffer evaluation_buffer;  // a test set of stored bytes is converted through it
+    if (evaluating) evaluation_buffer.reserve(evaluation_chunk(worker.workspace()), test_set->features);
     auto evaluate = [&](double epoch) -> const Evaluation& {
       const double before = metrics::seconds_since(started);
-      const nn::BatchStats t = worker.network().evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
-                                                         test_set->images.data(), test_set->labels.data(), test_set->count);
+      const nn::BatchStats t = evaluate_dataset(worker.network(), worker.backend(), worker.workspace(),
+                                                worker.compute_params(), *test_set, evaluation_buffer);
       const double after = metrics::seconds_since(started);
       evaluating_seconds += after - before;
       report.evaluations.push_back({epoch, after, t.mean_loss(), t.accuracy(), after - evaluating_seconds});
