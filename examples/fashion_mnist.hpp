@@ -5,6 +5,7 @@
 // the Thrust CUDA compositions, compiled by nvcc.
 #include <hpcps/hpcps.hpp>
 #include <hpcps/ps/agreed_verdict.hpp>
+#include <hpcps/ps/node_dataset.hpp>
 #if defined(HPCPS_EXAMPLE_THRUST)
 #include <hpcps/backend/thrust.hpp>
 #endif
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -55,6 +57,8 @@ struct Config {
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
   bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
+  bool shared_data = true;         // one copy of the data per node, in a shared-memory window
+  std::string data_per_node = "full";  // ranges: each node holds only its workers' shards (sharded order)
   std::string balance = "none";  // speed: bsp splits by measured speed, ssp and async workers draw their parts
   int slow_worker = -1;  // straggler study: this worker computes `slowdown` times slower
   double slowdown = 1.0;
@@ -152,6 +156,12 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");
   app.add_flag("!--no-shared-memory", cfg.shared_memory,
                "Send every byte in point-to-point messages, also between ranks on one node");
+  app.add_flag("!--no-shared-data", cfg.shared_data,
+               "Every rank that needs data reads a private copy, instead of one copy per node in shared memory");
+  app.add_option("--data-per-node", cfg.data_per_node,
+                 "full: every node holds the whole training set; ranges: each worker trains on its own contiguous "
+                 "shard (its own order each epoch) and a node holds only its workers' shards")
+      ->capture_default_str()->check(CLI::IsMember({"full", "ranges"}));
   app.add_option("--balance", cfg.balance,
                  "How the workers share the work: none (equal parts) or speed (bsp: each clock's batch split by "
                  "measured speed; ssp, async: each free worker takes the next part)")
@@ -259,6 +269,10 @@ inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train
                          cfg.backup_workers, workers);
     }
   }
+  if (cfg.data_per_node == "ranges" && (cfg.balance != "none" || cfg.backup_workers > 0)) {
+    return fmt::format("--data-per-node ranges keeps each worker to its own shard, and {} moves samples between workers",
+                       cfg.backup_workers > 0 ? "--backup-workers" : "--balance speed");
+  }
   if (cfg.slow_period > 0 && cfg.slow_worker < 0) {
     return fmt::format("--slow-period {} works with --slow-worker W: no worker is slowed", cfg.slow_period);
   }
@@ -273,26 +287,24 @@ inline std::string report_problem(const Config& cfg) {
   return {};
 }
 
-// Keeps the first `count` samples of `set`: short runs train on a prefix instead of the whole set.
-inline void keep_first(hpcps::data::Dataset& set, std::size_t count) {
-  set.count = count;
-  set.images.resize(count * set.features);
-  set.labels.resize(count);
-}
+// Keeps the first `count` samples of the described `set`: short runs train on a prefix instead of
+// the whole set, and only the prefix is read.
+inline void keep_first(hpcps::data::Dataset& set, std::size_t count) { set.count = count; }
 
 template <class Network>
 struct Problem {
   const hpcps::comm::Communicator& world;
   const Config& cfg;
-  const hpcps::data::TrainTest& data;
+  const hpcps::data::TrainTest& data;  // described from the headers: counts, features, layout; no samples
   const Network& network;
   int servers;
   int workers;
   std::function<void(hpcps::metrics::JsonWriter&)> network_fields;  // the network's own options, in the report
 };
 
-// The start of every run, on every rank: the launch's checks, the data. Returns the exit code if
-// the run must stop (2: bad usage, printed by rank 0), else nullopt with `data` loaded.
+// The start of every run, on every rank: the launch's checks, the data's description (its headers:
+// no rank reads samples before its role is known, load_data). Returns the exit code if the run
+// must stop (2: bad usage, printed by rank 0), else nullopt with `data` described.
 inline std::optional<int> prepare(const hpcps::comm::Communicator& world, const Config& cfg,
                                   hpcps::data::TrainTest& data) {
   const bool root = world.rank() == 0;
@@ -304,7 +316,7 @@ inline std::optional<int> prepare(const hpcps::comm::Communicator& world, const 
   int report_ok = report.empty() ? 1 : 0;
   world.broadcast(&report_ok, 1, 0);
   if (!report_ok) return stop(report);
-  data = hpcps::data::load_fashion_mnist(cfg.data);
+  data = hpcps::data::describe_fashion_mnist(hpcps::data::fashion_mnist_files(cfg.data));
   if (cfg.train_samples > data.train.count) {
     return stop(fmt::format("--train-samples {}: the training set in {} has only {} samples", cfg.train_samples,
                             cfg.data, data.train.count));
@@ -319,6 +331,37 @@ inline std::optional<int> prepare(const hpcps::comm::Communicator& world, const 
                  "them and each step will be slower, not faster\n", cfg.program.c_str(), cfg.threads, cores);
   }
   return std::nullopt;
+}
+
+// The samples this rank needs, once its role is known: a worker the training set (one copy per
+// node), the rank that evaluates (worker 0) the test set, a server nothing. Collective.
+struct LoadedData {
+  hpcps::ps::NodeDataset train, test;
+};
+
+inline hpcps::ps::NodeDataset::Options data_options(const Config& cfg) {
+  hpcps::ps::NodeDataset::Options options;
+  options.share = cfg.shared_data;
+  return options;
+}
+
+// `worker`: this rank's worker index, or -1 on a rank that trains on nothing.
+template <class Network>
+std::unique_ptr<LoadedData> load_data(const Problem<Network>& p, int worker, bool evaluates) {
+  const auto files = hpcps::data::fashion_mnist_files(p.cfg.data);
+  const auto all = [](const hpcps::data::Dataset& set) { return hpcps::data::Range{0, set.count}; };
+  using Rows = std::optional<hpcps::data::Range>;
+  Rows train_rows;
+  if (worker >= 0) {
+    train_rows = p.cfg.data_per_node == "ranges"
+                     ? hpcps::ps::sharded_rows(p.data.train.count, p.cfg.batch, worker, p.workers)
+                     : all(p.data.train);
+  }
+  return std::unique_ptr<LoadedData>(new LoadedData{
+      hpcps::ps::NodeDataset(p.world, files.train, p.data.train, train_rows,
+                             data_options(p.cfg)),
+      hpcps::ps::NodeDataset(p.world, files.test, p.data.test, evaluates ? Rows(all(p.data.test)) : Rows(),
+                             data_options(p.cfg))});
 }
 
 // "ranks 0-2 colocated (each a worker and the server of its shard)", "workers 0-1, server 2".
@@ -401,6 +444,11 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   options.shared_memory = cfg.shared_memory && cfg.backup_workers == 0;  // backup workers exchange point to point
   options.resume = cfg.resume;
   Server ps(p.world, p.network, Backend(cfg.threads), options, sync, optimizer);
+  // Loaded once the roles are known: servers read no sample, only worker 0 the test set.
+  const bool evaluates = ps.is_worker() && ps.worker_index() == 0 && cfg.evaluate;
+  const auto loaded = load_data(p, ps.is_worker() ? ps.worker_index() : -1, evaluates);
+  const hpcps::data::Dataset& train_set = loaded->train.set();
+  const hpcps::data::Dataset& test_set = loaded->test.set();
 
   if (root) {
     fmt::print("hpcps {}: {} ({} parameters), {}, global batch {}, {} thread(s)/rank, sync {}{}, optimizer {} (lr {} "
@@ -442,6 +490,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.stop_on_signals = true;
   train_options.balance = cfg.balance == "speed" ? hpcps::ps::Balance::speed : hpcps::ps::Balance::none;
   train_options.backup_workers = cfg.backup_workers;
+  train_options.data_order = cfg.data_per_node == "ranges" ? hpcps::ps::DataOrder::sharded : hpcps::ps::DataOrder::global;
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t clock, double seconds) {
       if (w == cfg.slow_worker && slow_at(clock, cfg.slow_period)) {
@@ -450,7 +499,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
     };
   }
   const bool checkpointing = !cfg.checkpoint.empty();
-  auto report = hpcps::ps::train(ps, p.data.train, &p.data.test, train_options, [checkpointing](const hpcps::ps::EpochReport& e) {
+  auto report = hpcps::ps::train(ps, train_set, &test_set, train_options, [checkpointing](const hpcps::ps::EpochReport& e) {
     fmt::print("{:>5} {:>10.4f} {:>9.4f} {:>10.4f} {:>9.4f} {:>11.0f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}{}\n", e.epoch,
                e.train_loss, e.train_accuracy, e.test_loss, e.test_accuracy, e.samples_per_second, e.seconds,
                e.times.compute, e.times.communicate, e.times.wait,
@@ -478,9 +527,9 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                report.resumed_from, report.clocks, cfg.epochs);
     if (cfg.evaluate) {
       auto& worker = ps.worker();
-      report.test_accuracy = worker.network()
-                                 .evaluate(worker.backend(), worker.workspace(), worker.compute_params(),
-                                           p.data.test.images.data(), p.data.test.labels.data(), p.data.test.count)
+      hpcps::ps::EvaluationBuffer buffer;
+      report.test_accuracy = hpcps::ps::evaluate_dataset(worker.network(), worker.backend(), worker.workspace(),
+                                                         worker.compute_params(), test_set, buffer)
                                  .accuracy();
     }
   }
@@ -524,7 +573,8 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("slow_period", cfg.slow_period).field("backup_workers", cfg.backup_workers);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
-      json.field("shared_memory_requested", cfg.shared_memory);
+      json.field("shared_memory_requested", cfg.shared_memory).field("shared_data_requested", cfg.shared_data);
+      json.field("data_per_node", cfg.data_per_node);
       json.field("shared_memory", !ps.shared_memory_groups().empty());
       write_transport(json, ps);
       json.end_object();
@@ -576,12 +626,13 @@ int with_backend(const Problem<Network>& p) {
 // --evaluate-only: rank 0 loads --load-model's parameters and evaluates them on the test set.
 template <class Network>
 int evaluate_model(const Problem<Network>& p) {
+  const auto loaded = load_data(p, -1, p.world.rank() == 0);  // rank 0 reads the test set alone
   if (p.world.rank() != 0) return 0;
   const auto params = hpcps::ps::load_model(p.cfg.load_model, p.network);
   const hpcps::backend::Cpu backend(p.cfg.threads);
   auto workspace = p.network.make_workspace(backend, 256);
-  const auto t = p.network.evaluate(backend, workspace, params.data(), p.data.test.images.data(),
-                                    p.data.test.labels.data(), p.data.test.count);
+  hpcps::ps::EvaluationBuffer buffer;
+  const auto t = hpcps::ps::evaluate_dataset(p.network, backend, workspace, params.data(), loaded->test.set(), buffer);
   fmt::print("{}: test accuracy {:.4f}, loss {:.4f} on {} samples\n", p.cfg.load_model, t.accuracy(), t.mean_loss(),
              p.data.test.count);
   return 0;

@@ -267,3 +267,80 @@ TEST_CASE("training on the node's copy of the bytes gives the bits of training o
   }
   remove_files(world, files);
 }
+
+TEST_CASE("sharded_rows gives each worker exactly the samples its parts of an epoch take", "[node]") {
+  for (std::size_t n : {1u, 7u, 61u, 300u, 60000u}) {
+    for (std::size_t batch : {1u, 4u, 5u, 32u, 64u}) {
+      for (int workers = 1; workers <= 5; ++workers) {
+        if (batch < static_cast<std::size_t>(workers) || batch > n) continue;
+        INFO("samples " << n << ", batch " << batch << ", workers " << workers);
+        const std::size_t clocks = hpcps::ps::clocks_per_epoch(n, batch);
+        std::size_t begin = 0;
+        for (int w = 0; w < workers; ++w) {
+          const Range r = hpcps::ps::sharded_rows(n, batch, w, workers);
+          CHECK(r.begin == begin);
+          std::size_t taken = 0;
+          for (std::size_t c = 0; c < clocks; ++c) {
+            const std::size_t in_clock = c + 1 < clocks ? batch : n - c * batch;
+            taken += hpcps::ps::worker_part(in_clock, w, workers).size();
+          }
+          CHECK(r.size() == taken);
+          begin = r.end;
+        }
+        CHECK(begin == n);
+      }
+    }
+  }
+}
+
+TEST_CASE("sharded order on a node that holds only its workers' shards trains as on private floats", "[node][mpi]") {
+  using Net = hpcps::nn::Mlp<hpcps::nn::Relu>;
+  using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  const Files files = make_files(world);
+  const auto description = hpcps::data::describe_idx_pair(files.pair);
+  const Net net({side * side, 12, classes});
+  const int servers = world.size() >= 3 ? 1 : 0;
+  const int workers = world.size() - servers;
+  hpcps::ps::TrainOptions options;
+  options.epochs = 2;
+  options.batch = 30;
+  options.seed = 8;
+  options.evaluate = false;
+  options.data_order = hpcps::ps::DataOrder::sharded;
+  std::vector<float> params[2];
+  for (int run = 0; run < 2; ++run) {
+    Ps::Options ps_options;
+    ps_options.servers = servers;
+    ps_options.max_batch = 30;
+    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::MomentumSgd(0.05f));
+    std::optional<Range> rows;
+    if (ps.is_worker()) rows = hpcps::ps::sharded_rows(samples, options.batch, ps.worker_index(), workers);
+    if (run == 0) {
+      const auto train = hpcps::data::load_idx_pair(files.pair.images, files.pair.labels, classes);
+      hpcps::ps::train(ps, train, nullptr, options);
+    } else {
+      const std::vector<int> members = node_members(world, rows.has_value());  // workers: ranks [0, W)
+      const NodeDataset train(world, files.pair, description, rows);
+      if (rows) {
+        // The node holds its workers' shards (merged where they touch), nothing else.
+        std::vector<Range> expected;
+        for (int r : members) {
+          const Range shard = hpcps::ps::sharded_rows(samples, options.batch, r, workers);
+          if (!expected.empty() && expected.back().end == shard.begin) expected.back().end = shard.end;
+          else expected.push_back(shard);
+        }
+        CHECK(train.node_rows() == expected);
+        CHECK(train.set().held().begin <= rows->begin);
+        CHECK(train.set().held().end >= rows->end);
+      }
+      hpcps::ps::train(ps, train.set(), nullptr, options);
+    }
+    if (ps.is_worker()) params[run] = ps.worker().parameters();
+  }
+  if (!params[0].empty()) {
+    REQUIRE(params[0].size() == params[1].size());
+    CHECK(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)) == 0);
+  }
+  remove_files(world, files);
+}

@@ -38,6 +38,12 @@
 
 namespace hpcps::ps {
 
+// Which samples make up each clock's global batch (TrainOptions::data_order).
+enum class DataOrder {
+  global,   // one shuffled order of the whole set per epoch; worker w takes its part of each batch
+  sharded,  // worker w draws its part from its own contiguous shard (sharded_rows), in its own order
+};
+
 struct TrainOptions {
   std::size_t epochs = 10;
   std::size_t batch = 64;       // global minibatch per clock, split among the workers
@@ -80,6 +86,15 @@ struct TrainOptions {
   // then always dropped. Needs a dedicated server and point-to-point pushes (ParameterServer
   // Options::shared_memory = false); the ranks meet for checkpoints as asynchronous ones do.
   std::size_t backup_workers = 0;
+  // DataOrder::sharded: worker w trains only on the contiguous rows sharded_rows(N, batch, w, W),
+  // shuffled anew each epoch, taking from them as many samples per clock as its part of the global
+  // batch has; so a worker, and a node, needs only those rows (ps::NodeDataset given them holds
+  // only its workers' shards), for sets larger than one node's memory. Every sample is still used
+  // once per epoch and the batch, the learning rate and the clocks are unchanged, but which samples
+  // meet in a clock now depends on the number of workers: resume such a run on the same layout.
+  // Not with a balanced split or drawn work (Balance::speed) nor with backup workers, which move
+  // samples between workers.
+  DataOrder data_order = DataOrder::global;
 };
 
 struct EpochReport {
@@ -150,6 +165,21 @@ inline std::size_t clocks_per_epoch(std::size_t samples, std::size_t global_batc
 
 // The seed of the epochs' shared order, from TrainOptions::seed.
 inline std::uint64_t data_order_seed(std::uint64_t seed) { return seed * 0x9E3779B97F4A7C15ull; }
+
+// DataOrder::sharded: the rows worker `w` trains on, exactly the samples its parts of an epoch's
+// clocks take (clocks_per_epoch(N, B) - 1 full parts and its part of the last, short, batch), so
+// the shards of the W workers partition [0, samples) in worker order.
+inline data::Range sharded_rows(std::size_t samples, std::size_t global_batch, int worker, int workers) {
+  const std::size_t clocks = clocks_per_epoch(samples, global_batch);
+  if (clocks == 0) return data::Range{0, 0};
+  const std::size_t last = samples - (clocks - 1) * global_batch;
+  std::size_t begin = 0;
+  for (int v = 0;; ++v) {
+    const std::size_t size = (clocks - 1) * worker_batch(global_batch, v, workers) + worker_part(last, v, workers).size();
+    if (v == worker) return data::Range{begin, begin + size};
+    begin += size;
+  }
+}
 
 namespace detail {
 
@@ -252,6 +282,13 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     }
     if (!problem.empty()) throw CollectiveError("ps::train: " + problem, world.rank() == 0);
   }
+  const bool sharded = options.data_order == DataOrder::sharded;
+  if (sharded && (options.balance != Balance::none || backups)) {
+    throw CollectiveError(fmt::format("ps::train: the sharded data order keeps each worker to its own rows; {} moves "
+                                      "samples between workers",
+                                      backups ? "backup workers drop a late worker's part, which" : "Balance::speed"),
+                          world.rank() == 0);
+  }
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0 and the servers must be able to write.
@@ -289,7 +326,12 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
       if (problem.empty() && test_set != nullptr) problem = detail::input_mismatch("test", *test_set, worker.network());
     }
     throw_if_any_rank(team, problem, "ps::train", "another worker rejected the options");
-    data::Batcher batcher(train_set, data::Range{0, train_set.count}, options.batch, data_order_seed(options.seed));
+    // Sharded: this worker's rows in their own order, a batch of its part of the global batch; the
+    // worker index in the seed, so equal shards are not shuffled alike.
+    data::Batcher batcher = sharded ? data::Batcher(train_set, sharded_rows(train_set.count, options.batch, w, workers),
+                                                    batch, data_order_seed(options.seed) + static_cast<std::uint64_t>(w) + 1)
+                                    : data::Batcher(train_set, data::Range{0, train_set.count}, options.batch,
+                                                    data_order_seed(options.seed));
     std::optional<SpeedBalancer> balancer;
     if (options.balance == Balance::speed && !drawing) {
       balancer.emplace(team, options.batch, ps.options().max_batch, start.clock);
@@ -441,11 +483,12 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     for (std::size_t epoch = start.epoch; !ticketed && epoch < options.epochs && !stopped; ++epoch) {
       OpenEpoch open = open_epoch(epoch);
       for (std::size_t c = epoch == start.epoch ? start.batch : 0; c < clocks; ++c) {
-        const std::size_t in_clock = batcher.batch_count(c);
+        const std::size_t in_clock = sharded ? (c + 1 < clocks ? options.batch : train_set.count - c * options.batch)
+                                             : batcher.batch_count(c);
         const data::Range mine = balancer ? balancer->part(in_clock, w) : worker_part(in_clock, w, workers);
         const double computed_before = worker.times().compute;
         if (mine.size() > 0) {
-          const data::BatchView b = batcher.part(c, mine);
+          const data::BatchView b = sharded ? batcher.batch(c) : batcher.part(c, mine);
           nn::set_sample_position(worker.network(), worker.workspace(), {epoch * clocks + c, mine.begin});
           open.stats += worker.step(b.inputs, b.labels, b.count);
         } else {

@@ -1,0 +1,37 @@
+#!/bin/sh
+# A node whose /dev/shm cannot hold its one copy of the data (a container's is often 64 MiB) must
+# train on private copies and say so in one line, not die of SIGBUS while filling the window.
+# Runs the demo on 3 ranks (2 workers, 1 server) under a private mount namespace with a 24 MiB
+# /dev/shm: the training set's 45 MiB do not fit, the test set's 7.5 MiB and the parameter
+# server's window do. Where no such namespace can be made (not root, no unshare), it reports
+# itself skipped (exit 77).
+#   data_fallback.sh MPIEXEC PROGRAM
+set -u
+mpiexec=$1
+program=$2
+if ! unshare -m true 2>/dev/null; then
+  echo "skipped: cannot make a private mount namespace (unshare -m)"
+  exit 77
+fi
+out=$(unshare -m sh -c 'mount -t tmpfs -o size=24m tmpfs /dev/shm || exit 77; exec "$@"' sh \
+  "$mpiexec" -iface lo -n 3 "$program" --servers 1 --epochs 1 --train-samples 12000 2>&1)
+rc=$?
+echo "$out"
+if [ "$rc" -eq 77 ]; then
+  echo "skipped: cannot mount a small /dev/shm"
+  exit 77
+fi
+if [ "$rc" -ne 0 ]; then
+  echo "FAILED: the run ended with exit code $rc"
+  exit 1
+fi
+lines=$(echo "$out" | grep -c "each rank reads a private copy of its rows instead")
+if [ "$lines" -ne 1 ]; then
+  echo "FAILED: expected one line about private copies of the training set, found $lines"
+  exit 1
+fi
+if ! echo "$out" | grep -q "final test accuracy 0\.[5-9]"; then
+  echo "FAILED: no final test accuracy above 0.5"
+  exit 1
+fi
+echo "passed: read private copies, said so once, and trained"
