@@ -88,6 +88,11 @@ std::vector<float> to_host(const B& backend, const float* data, std::size_t n) {
 }
 
 template <class Network>
+struct is_relu_mlp : std::false_type {};
+template <>
+struct is_relu_mlp<hpcps::nn::Mlp<hpcps::nn::Relu>> : std::true_type {};
+
+template <class Network>
 struct is_sequential : std::false_type {};
 template <class... Layers>
 struct is_sequential<hpcps::nn::Sequential<Layers...>> : std::true_type {};
@@ -133,10 +138,30 @@ bool near_kink(const Network& net, const B& backend, Workspace& ws, const std::v
   for (std::size_t s = 0; s < batch; ++s) {
     if (near_tie(logits.data() + s * classes, classes, margin)) return true;
   }
+  if constexpr (is_relu_mlp<Network>::value) {
+    // The hidden layers' ReLU outputs (the last layer's are the logits, checked above).
+    for (std::size_t l = 0; l + 1 < ws.activations.size(); ++l) {
+      const auto y = to_host(backend, B::data(ws.activations[l]), batch * net.layer_sizes()[l + 1]);
+      if (std::any_of(y.begin(), y.end(), [&](float v) { return v > 0.0f && v <= margin; })) return true;
+    }
+  }
   if constexpr (is_sequential<Network>::value) {
     return near_kink_in_layers(net, backend, ws, x, batch, margin, std::make_index_sequence<Network::layer_count>{});
   }
   return false;
+}
+
+// What two correct backends may differ by, relative to the sum of the absolute values of the terms:
+// a sum of n terms computed in any order is within gamma_n = n u / (1 - n u) of that sum (u = 2^-24,
+// fp32's unit roundoff; Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 4.2); each
+// backend is that close to the exact value at each of `levels` sums chained through the network,
+// so they are within 2 * levels * gamma_n of each other, n the longest sum. The Differences above
+// are relative to max(1, |value|): with inputs in [0, 1] and initialised weights, the sums of the
+// absolute terms of a logit or a gradient entry are of order 1 (docs/backends.md#tolerance).
+inline double summation_bound(std::size_t longest_sum, std::size_t levels) {
+  const double u = std::ldexp(1.0, -24);
+  const double n = static_cast<double>(longest_sum);
+  return 2.0 * static_cast<double>(levels) * n * u / (1.0 - n * u);
 }
 
 // Runs gradient() and evaluate() of `net` on backend B and on backend::Cpu with the same
