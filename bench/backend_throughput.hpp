@@ -43,7 +43,10 @@ double measure_network(hpcps::metrics::JsonWriter& json, const char* label, cons
         backend.download(Backend::data(device_grad), 1, probe.data());  // waits for a device to finish
       },
       repeats);
-  const auto diff = hpcps_test::compare_with_cpu(net, backend, batch, 11);
+  // The comparison redraws its data while any ReLU sits near its kink, which a large batch of a
+  // wide network nearly always has: up to 20 CPU gradients, longer than the timing itself.
+  const bool compared = batch <= 256;
+  const auto diff = compared ? hpcps_test::compare_with_cpu(net, backend, batch, 11) : hpcps_test::Differences{};
   json.begin_object();
   json.field("backend", label).field("network", net.describe()).field("batch", batch).field("threads", threads);
   json.field("seconds_median", step.median).field("seconds_min", step.low).field("seconds_max", step.high);
@@ -51,13 +54,16 @@ double measure_network(hpcps::metrics::JsonWriter& json, const char* label, cons
   json.field("samples_per_second_min", static_cast<double>(batch) / step.high);
   json.field("samples_per_second_max", static_cast<double>(batch) / step.low);
   json.field("gflops_median", flops / step.median / 1e9);
-  json.field("output_max_relative_difference_vs_cpu", diff.forward);
-  json.field("gradient_max_relative_difference_vs_cpu", diff.gradient).field("loss_relative_difference_vs_cpu", diff.loss);
+  if (compared) {
+    json.field("output_max_relative_difference_vs_cpu", diff.forward);
+    json.field("gradient_max_relative_difference_vs_cpu", diff.gradient).field("loss_relative_difference_vs_cpu", diff.loss);
+  }
   json.end_object();
-  std::fprintf(stderr, "%-11s %-22s batch %4zu threads %d: %9.0f samples/s (%.0f-%.0f), %6.1f GFLOP/s, grad diff %.2g\n",
-               label, net.describe().c_str(), batch, threads, static_cast<double>(batch) / step.median,
-               static_cast<double>(batch) / step.high, static_cast<double>(batch) / step.low, flops / step.median / 1e9,
-               diff.gradient);
+  std::fprintf(stderr, "%-11s %-22s batch %4zu threads %d: %9.0f samples/s (%.0f-%.0f), %6.1f GFLOP/s", label,
+               net.describe().c_str(), batch, threads, static_cast<double>(batch) / step.median,
+               static_cast<double>(batch) / step.high, static_cast<double>(batch) / step.low, flops / step.median / 1e9);
+  if (compared) std::fprintf(stderr, ", grad diff %.2g", diff.gradient);
+  std::fprintf(stderr, "\n");
   return static_cast<double>(batch) / step.median;
 }
 
