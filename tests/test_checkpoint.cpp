@@ -512,7 +512,7 @@ TEST_CASE("bad checkpoints are refused on every rank with the file and the reaso
   damaged_copy(world, good, copy, [&](const std::string& d) { flip_byte(d + "/MANIFEST", 30); });
   refused(resume_momentum(copy), "MANIFEST", "checksum mismatch");
   damaged_copy(world, good, copy, [&](const std::string& d) {
-    std::ofstream(d + "/MANIFEST", std::ios::binary) << "hpcps-checkpoint 2\n" << manifest_text.substr(manifest_text.find('\n') + 1);
+    std::ofstream(d + "/MANIFEST", std::ios::binary) << "hpcps-checkpoint " << hpcps::checkpoint::format_version + 1 << "\n" << manifest_text.substr(manifest_text.find('\n') + 1);
   });
   refused(resume_momentum(copy), "MANIFEST", "newer than this hpcps reads");
   damaged_copy(world, good, copy, [&](const std::string& d) { fs::remove(d + "/MANIFEST"); });
@@ -530,6 +530,54 @@ TEST_CASE("bad checkpoints are refused on every rank with the file and the reaso
   // Nothing of the good checkpoint was touched, and it still resumes.
   if (world.rank() == 0) CHECK(slurp(manifest) == manifest_text);
   CHECK_NOTHROW(Ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, good), {}, momentum));
+  remove_folders(world);
+}
+
+// Under DataOrder::sharded each worker's rows and their order follow from the number of workers,
+// so its checkpoints resume only with that order and that many workers (and a global-order one
+// not as sharded); a checkpoint records its order (manifest format 2).
+TEST_CASE("a sharded run resumes only with its data order and its number of workers", "[checkpoint][robustness]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (two layouts with different numbers of workers)");
+    return;
+  }
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const std::string folder = fresh_folder(world, "sharded");
+  auto first = train_options(1);
+  first.data_order = hpcps::ps::DataOrder::sharded;
+  first.checkpoint = folder;
+  run<Ps>(world, 0, first, momentum);  // colocated: every rank is a worker
+  const auto resume = [&](int servers, hpcps::ps::DataOrder order) {
+    auto t = train_options(2);
+    t.data_order = order;
+    try {
+      run<Ps>(world, servers, t, momentum, folder);
+    } catch (const hpcps::CollectiveError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(resume(0, hpcps::ps::DataOrder::global),
+             Catch::Contains("cannot resume") && Catch::Contains("trained with the sharded data order, this run has the global one"));
+  CHECK_THAT(resume(1, hpcps::ps::DataOrder::sharded),
+             Catch::Contains(fmt::format("gave each of {} workers its own rows, this run has {} workers: resume it with {}",
+                                         world.size(), world.size() - 1, world.size())));
+  CHECK(resume(0, hpcps::ps::DataOrder::sharded).empty());  // the same order and workers resume
+  // A global-order checkpoint does not resume as sharded.
+  const std::string global = fresh_folder(world, "global");
+  auto plain = train_options(1);
+  plain.checkpoint = global;
+  run<Ps>(world, 0, plain, momentum);
+  auto t = train_options(2);
+  t.data_order = hpcps::ps::DataOrder::sharded;
+  std::string message;
+  try {
+    run<Ps>(world, 0, t, momentum, global);
+  } catch (const hpcps::CollectiveError& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Contains("trained with the global data order, this run has the sharded one"));
   remove_folders(world);
 }
 

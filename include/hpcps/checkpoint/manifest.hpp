@@ -27,7 +27,8 @@ class BadCheckpoint : public Error {
   using Error::Error;
 };
 
-inline constexpr int format_version = 1;
+// 2 adds data_order (a version 1 manifest has none: its runs used the global order).
+inline constexpr int format_version = 2;
 inline constexpr const char* manifest_name = "MANIFEST";
 inline constexpr std::size_t manifest_limit = std::size_t{1} << 24;
 
@@ -50,6 +51,7 @@ struct Manifest {
   std::uint64_t clocks_per_epoch = 0, global_batch = 0, train_samples = 0;
   std::uint64_t server_updates = 0;  // what schedules and Adam's bias correction count
   std::uint64_t init_seed = 0, shuffle_seed = 0;
+  std::string data_order;  // ps::DataOrder's name; empty in version 1 manifests, which were "global"
   // Layout: shard s of the parameters is shards[s] = [begin, end), in file shard_file(s).
   std::uint64_t workers = 0;
   std::uint64_t servers = 0;  // the layout's servers option (0: colocated)
@@ -72,7 +74,8 @@ struct NumberField {
 };
 inline const TextField text_fields[] = {{"network", &Manifest::network},     {"backend", &Manifest::backend},
                                         {"sync", &Manifest::sync},           {"optimizer", &Manifest::optimizer},
-                                        {"push_wire", &Manifest::push_wire}, {"pull_wire", &Manifest::pull_wire}};
+                                        {"push_wire", &Manifest::push_wire}, {"pull_wire", &Manifest::pull_wire},
+                                        {"data_order", &Manifest::data_order}};
 inline const NumberField number_fields[] = {
     {"parameters", &Manifest::parameters},       {"clock", &Manifest::clock},
     {"epoch", &Manifest::epoch},                 {"batch", &Manifest::batch},

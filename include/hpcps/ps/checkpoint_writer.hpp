@@ -29,6 +29,7 @@ struct CheckpointPosition {
   std::uint64_t clock = 0;  // clocks completed
   std::uint64_t epoch = 0, batch = 0;  // of the next clock
   std::uint64_t clocks_per_epoch = 0, global_batch = 0, train_samples = 0, shuffle_seed = 0;
+  std::string data_order = "global";  // which samples make up a clock (ps::DataOrder)
 };
 
 // Bytes of one checkpoint of a ParameterServer: the parameters and every state array.
@@ -103,6 +104,7 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
       m.train_samples = at.train_samples;
       m.init_seed = ps.options().seed;
       m.shuffle_seed = at.shuffle_seed;
+      m.data_order = at.data_order;
       m.workers = static_cast<std::uint64_t>(layout.workers());
       m.servers = layout.colocated() ? 0 : static_cast<std::uint64_t>(layout.servers());
       m.files.resize(static_cast<std::size_t>(layout.servers()));

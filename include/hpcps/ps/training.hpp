@@ -43,6 +43,7 @@ enum class DataOrder {
   global,   // one shuffled order of the whole set per epoch; worker w takes its part of each batch
   sharded,  // worker w draws its part from its own contiguous shard (sharded_rows), in its own order
 };
+inline const char* data_order_name(DataOrder order) { return order == DataOrder::sharded ? "sharded" : "global"; }
 
 struct TrainOptions {
   std::size_t epochs = 10;
@@ -91,7 +92,8 @@ struct TrainOptions {
   // batch has; so a worker, and a node, needs only those rows (ps::NodeDataset given them holds
   // only its workers' shards), for sets larger than one node's memory. Every sample is still used
   // once per epoch and the batch, the learning rate and the clocks are unchanged, but which samples
-  // meet in a clock now depends on the number of workers: resume such a run on the same layout.
+  // meet in a clock now depends on the number of workers: such a run resumes only with as many
+  // workers (its checkpoints record the order; ps::train refuses another).
   // Not with a balanced split or drawn work (Balance::speed) nor with backup workers, which move
   // samples between workers.
   DataOrder data_order = DataOrder::global;
@@ -237,11 +239,20 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   // Where training starts: at the beginning, or where the checkpoint it resumes left off. Every
   // rank reads the same manifest, so every rank finds the same problem, if any.
   const std::size_t clocks = clocks_per_epoch(train_set.count, options.batch);
-  CheckpointPosition start{0, 0, 0, clocks, options.batch, train_set.count, options.seed};
+  CheckpointPosition start{0, 0, 0, clocks, options.batch, train_set.count, options.seed,
+                           data_order_name(options.data_order)};
   if (const auto* resumed = ps.resumed()) {
     const auto& m = resumed->manifest;
+    const std::string order = m.data_order.empty() ? "global" : m.data_order;  // a version 1 manifest
     std::string problem;
-    if (m.global_batch != options.batch) {
+    if (order != start.data_order) {
+      problem = fmt::format("it was trained with the {} data order, this run has the {} one", order, start.data_order);
+    } else if (options.data_order == DataOrder::sharded && m.workers != static_cast<std::uint64_t>(workers)) {
+      // Each worker's rows and their order follow from the number of workers.
+      problem = fmt::format("its sharded data order gave each of {} workers its own rows, this run has {} workers: "
+                            "resume it with {}",
+                            m.workers, workers, m.workers);
+    } else if (m.global_batch != options.batch) {
       problem = fmt::format("it was trained with a global batch of {}, this run has {}", m.global_batch, options.batch);
     } else if (m.shuffle_seed != options.seed) {
       problem = fmt::format("it was trained with shuffling seed {}, this run has {}", m.shuffle_seed, options.seed);
