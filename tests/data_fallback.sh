@@ -9,22 +9,9 @@
 set -u
 mpiexec=$1
 program=$2
-if ! unshare -m true 2>/dev/null; then
-  echo "skipped: cannot make a private mount namespace (unshare -m)"
-  exit 77
-fi
-out=$(unshare -m sh -c 'mount -t tmpfs -o size=24m tmpfs /dev/shm || exit 77; exec "$@"' sh \
-  "$mpiexec" -iface lo -n 3 "$program" --servers 1 --epochs 1 --train-samples 12000 2>&1)
-rc=$?
-echo "$out"
-if [ "$rc" -eq 77 ]; then
-  echo "skipped: cannot mount a small /dev/shm"
-  exit 77
-fi
-if [ "$rc" -ne 0 ]; then
-  echo "FAILED: the run ended with exit code $rc"
-  exit 1
-fi
+. "$(dirname "$0")/small_shm.sh"
+run_with_small_shm \
+  "$mpiexec" -iface lo -n 3 "$program" --servers 1 --epochs 1 --train-samples 12000
 lines=$(echo "$out" | grep -c "each rank reads a private copy of its rows instead")
 if [ "$lines" -ne 1 ]; then
   echo "FAILED: expected one line about private copies of the training set, found $lines"
