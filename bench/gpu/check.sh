@@ -154,8 +154,9 @@ rc=$?
 ((rc == 0)) || fatal configure "$(status_of $rc) (exit $rc) in $last_seconds s, output above" "$(status_of $rc)"
 result configure ok "ok in $last_seconds s" "\"seconds\": $last_seconds"
 
+# The longest limit: a build cut short wastes the whole loan, a late run only the runs after it.
 step "build: ${targets[*]} (-j$jobs)"
-limited 240 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+limited 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 rc=$?
 ((rc == 0)) || fatal build "$(status_of $rc) (exit $rc) in $last_seconds s, output above" "$(status_of $rc)"
 result build ok "ok in $last_seconds s" "\"seconds\": $last_seconds"

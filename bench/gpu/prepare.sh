@@ -61,7 +61,7 @@ tar -C "$work/root" -cJf "$dest/deps.tar.xz" .
 cp "$data_dir"/*.gz "$dest/data/"
 {
   echo "prepare.sh $(sha256sum bench/gpu/prepare.sh | cut -d' ' -f1)"
-  for deb in "$work"/*.deb; do dpkg-deb -f "$deb" Package Version | paste -sd' '; done
+  for deb in "$work"/*.deb; do dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb"; done
 } >"$dest/prepared.txt"
 if [[ "$dest" == .gpu-carry ]]; then
   grep -qx '/.gpu-carry/' .git/info/exclude 2>/dev/null || echo '/.gpu-carry/' >> .git/info/exclude
@@ -73,4 +73,4 @@ if [[ "$dest" == .gpu-carry ]]; then
   echo "travels to the GPU machine: $((tree / 1048576)) MiB working tree + $((carry / 1048576)) MiB .gpu-carry = $total MiB of 64"
   ((total < 63)) || die "the working tree and .gpu-carry exceed the device tool's 64 MiB"
 fi
-du -sh "$dest" "$dest"/*
+du -sh "$dest"/* && du -sh "$dest"

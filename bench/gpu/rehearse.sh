@@ -10,7 +10,7 @@
 #      a carried file. It unpacks, configures, builds with nvcc, runs the launcher check, and
 #      without a GPU reports "no GPU: skipped" for every run.
 # The limits of check.sh are multiplied by HPCPS_GPU_SCALE (default 4: 2 cores against 16; the
-# build's 240 s become 960 s, where 2 cores shared with other work took 520-890 s on 2026-12-02).
+# build's 300 s become 1200 s, where 2 cores took 290 s idle and 520-890 s shared on 2026-12-02).
 # ctest runs it as gpu_rehearsal (WORK: the build folder's gpu-rehearsal/; leave it out with
 # `ctest -LE gpu_rehearsal`).
 #
