@@ -21,18 +21,29 @@ inline double mlp_training_flops(const std::vector<std::size_t>& sizes, std::siz
   return flops;
 }
 
+// A batch for `net`: its initial parameters (from `seed`) in `params`, uniform inputs in [0, 1)
+// and uniform labels.
+template <class Network, class Params>
+void draw_problem(const Network& net, std::size_t batch, std::uint64_t seed, Params& params, std::vector<float>& x,
+                  std::vector<std::int32_t>& y) {
+  hpcps::data::Rng rng(seed);
+  params.resize(net.parameter_count());
+  x.resize(batch * net.input_size());
+  y.resize(batch);
+  net.initialize(params.data(), seed);
+  for (float& v : x) v = hpcps::data::uniform_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+}
+
 // Times Network::gradient on Backend (median and range of `repeats`), writes one JSON object and
 // returns the median samples/s. `flops` is one batch's count, for GFLOP/s.
 template <class Backend, class Network>
 double measure_network(hpcps::metrics::JsonWriter& json, const char* label, const Network& net, std::size_t batch,
                        int threads, int repeats, double flops) {
   const Backend backend(threads);
-  hpcps::data::Rng rng(3);
-  std::vector<float> params(net.parameter_count()), x(batch * net.input_size()), probe(1);
-  std::vector<std::int32_t> y(batch);
-  net.initialize(params.data(), 3);
-  for (float& v : x) v = hpcps::data::uniform_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+  std::vector<float> params, x, probe(1);
+  std::vector<std::int32_t> y;
+  draw_problem(net, batch, 3, params, x, y);
   auto ws = net.make_workspace(backend, batch);
   auto device_params = backend.make_buffer(params.size());
   auto device_grad = backend.make_buffer(params.size());

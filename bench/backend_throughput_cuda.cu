@@ -72,13 +72,10 @@ template <class Network>
 PerStep count_step_calls(hpcps::metrics::JsonWriter& json, const char* name, const Network& net, std::size_t batch) {
   using Backend = hpcps::backend::ThrustCuda;
   const Backend backend(1);
-  hpcps::data::Rng rng(5);
-  std::vector<float, Backend::host_allocator<float>> params(net.parameter_count()), grad(net.parameter_count());
-  std::vector<float> x(batch * net.input_size());
-  std::vector<std::int32_t> y(batch);
-  net.initialize(params.data(), 5);
-  for (float& v : x) v = hpcps::data::uniform_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+  std::vector<float, Backend::host_allocator<float>> params, grad(net.parameter_count());
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  hpcps_bench::draw_problem(net, batch, 5, params, x, y);
   auto ws = net.make_workspace(backend, batch);
   auto device_params = backend.make_buffer(params.size());
   auto device_grad = backend.make_buffer(params.size());
