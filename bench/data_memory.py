@@ -213,7 +213,14 @@ def main():
     parser.add_argument("--nodes", choices=["both", "one", "two"], default="both",
                         help="one node, two pretend nodes (MPIR_CVAR_ODD_EVEN_CLIQUES=1), or both")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "data_memory.json"))
+    parser.add_argument("--plot", default=os.path.join(HERE, "results", "data_memory.png"),
+                        help="bar chart of the node's total memory (empty: none)")
+    parser.add_argument("--from-json", help="redraw the plot from this JSON instead of running anything")
     args = parser.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            plot(json.load(f)["results"], args.plot)
+        return
     args.ranks = [int(r) for r in args.ranks.split(",")]
     configs = configurations(args)
     runs = {key(c): [] for c in configs}
@@ -276,6 +283,45 @@ def main():
               f"{fmt(e['sum_vmhwm_mb'], digits=0)} | {fmt(e['node_pss_mb'], digits=0)} | "
               f"{fmt(e['samples_per_second'], digits=0)} |")
     print(f"JSON written to {args.out}", file=sys.stderr)
+    if args.plot:
+        plot(results, args.plot)
+
+
+def plot(results, path):
+    """The node's total (Pss peak, median and range) per layout and variant, one node; PyTorch DDP
+    as a line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    one = [e for e in results if e["pretend_nodes"] == 1 and e["variant"] != "PyTorch DDP"]
+    groups = sorted({(e["ranks"], e["layout"]) for e in one})
+    variants = [v for v in ("before", "private", "node") if any(e["variant"] == v for e in one)]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / max(1, len(variants))
+    for i, v in enumerate(variants):
+        xs, ys, lo, hi = [], [], [], []
+        for g, (ranks, layout) in enumerate(groups):
+            e = next((e for e in one if e["variant"] == v and (e["ranks"], e["layout"]) == (ranks, layout)), None)
+            if e is None:
+                continue
+            m = e["node_pss_mb"]
+            xs.append(g + (i - (len(variants) - 1) / 2) * width)
+            ys.append(m["median"])
+            lo.append(m["median"] - m["min"])
+            hi.append(m["max"] - m["median"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=v)
+    ddp = next((e for e in results if e["variant"] == "PyTorch DDP"), None)
+    if ddp:
+        ax.axhline(ddp["node_pss_mb"]["median"], color="gray", linestyle="--",
+                   label=f"PyTorch DDP, 2 processes ({ddp['node_pss_mb']['median']:.0f} MB)")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{r} ranks\n{layout}" for r, layout in groups])
+    ax.set_ylabel("node total, MB (peak of summed Pss)")
+    ax.set_title("MLP demo, 1 epoch: memory of the node, one copy of the data per node vs before")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot written to {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
