@@ -548,16 +548,21 @@ TEST_CASE("a sharded run resumes only with its data order and its number of work
   first.data_order = hpcps::ps::DataOrder::sharded;
   first.checkpoint = folder;
   run<Ps>(world, 0, first, momentum);  // colocated: every rank is a worker
-  const auto resume = [&](int servers, hpcps::ps::DataOrder order) {
+  // The server is destroyed after the refusal is caught, not while it unwinds: a communicator or
+  // window destroyed by an unwinding exception skips its collective free (comm/detail/teardown.hpp),
+  // which LeakSanitizer reports.
+  const auto resume_from = [&](const std::string& from, int servers, hpcps::ps::DataOrder order) {
     auto t = train_options(2);
     t.data_order = order;
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, from), {}, momentum);
     try {
-      run<Ps>(world, servers, t, momentum, folder);
+      hpcps::ps::train(ps, train_set(), &test_set(), t);
     } catch (const hpcps::CollectiveError& e) {
       return std::string(e.what());
     }
     return std::string();
   };
+  const auto resume = [&](int servers, hpcps::ps::DataOrder order) { return resume_from(folder, servers, order); };
   CHECK_THAT(resume(0, hpcps::ps::DataOrder::global),
              Catch::Contains("cannot resume") && Catch::Contains("trained with the sharded data order, this run has the global one"));
   CHECK_THAT(resume(1, hpcps::ps::DataOrder::sharded),
@@ -569,15 +574,8 @@ TEST_CASE("a sharded run resumes only with its data order and its number of work
   auto plain = train_options(1);
   plain.checkpoint = global;
   run<Ps>(world, 0, plain, momentum);
-  auto t = train_options(2);
-  t.data_order = hpcps::ps::DataOrder::sharded;
-  std::string message;
-  try {
-    run<Ps>(world, 0, t, momentum, global);
-  } catch (const hpcps::CollectiveError& e) {
-    message = e.what();
-  }
-  CHECK_THAT(message, Catch::Contains("trained with the global data order, this run has the sharded one"));
+  CHECK_THAT(resume_from(global, 0, hpcps::ps::DataOrder::sharded),
+             Catch::Contains("trained with the global data order, this run has the sharded one"));
   remove_folders(world);
 }
 
