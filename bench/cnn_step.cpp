@@ -1,11 +1,13 @@
 // One training step of the CNN of issue 11 (Conv2d{W,5,2}, Relu, MaxPool2d{2}, Conv2d{2W,5,2},
 // Relu, MaxPool2d{2}, Flatten, Dense{128}, Relu, Dense{10}) on backend::Cpu, with the convolution
-// method of backend::Cpu (oneDNN) and, side by side in one run, with im2col + GEMM on the same
-// backend otherwise (the method before oneDNN). Reports samples/s of Sequential::gradient (median of
+// method of backend::Cpu (oneDNN, each convolution pooled in oneDNN's layout) and, side by side in
+// one run, with the pooling apart (`onednn-apart`: backend.max_pool on NCHW, the method before the
+// fusion) and with im2col + GEMM on the same backend otherwise (the method before oneDNN). Reports samples/s of Sequential::gradient (median of
 // --repeats timings with min and max, and the process CPU time of the same calls) and where the time goes: every layer's forward and backward
 // pass timed on its own in a replica of the step. JSON to --out (or stdout), a table on stderr.
 //
-//   cnn_step [--widths 32,16] [--batch 128] [--threads 1,2] [--repeats 7] [--methods onednn,im2col]
+//   cnn_step [--widths 32,16] [--batch 128] [--threads 1,2] [--repeats 7]
+//            [--methods onednn,onednn-apart,im2col]
 //            [--out FILE]
 #include <array>
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -110,6 +113,12 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t w
   for (float& v : x) v = hpcps::data::uniform_float(rng);  // pixels in [0, 1), as the data set's
   for (auto& l : labels) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 10));
   auto ws = net.make_workspace(backend, batch);
+  if constexpr (std::is_same_v<B, hpcps::backend::Cpu>) {
+    if (std::string(method) == "onednn-apart") {
+      std::get<0>(ws.layers).method.pool_in_library(false);
+      std::get<3>(ws.layers).method.pool_in_library(false);
+    }
+  }
   const auto timed = hpcps_bench::time_per_call_with_cpu(
       [&] { net.gradient(backend, ws, params.data(), x.data(), labels.data(), batch, grad.data()); }, repeats);
   const hpcps_bench::Summary& step = timed.wall;
@@ -145,7 +154,7 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t w
       .field("samples_per_cpu_second_median", static_cast<double>(batch) / timed.cpu.median);
   json.field("loss_seconds_median", hpcps_bench::summarize(loss_rounds).median);
   json.key("layers").begin_array();
-  std::fprintf(stderr, "%-6s width %2zu threads %d: %7.0f samples/s (%.0f-%.0f), step %.2f ms, %.1f GFLOP/s\n", method,
+  std::fprintf(stderr, "%-12s width %2zu threads %d: %7.0f samples/s (%.0f-%.0f), step %.2f ms, %.1f GFLOP/s\n", method,
                width, threads, static_cast<double>(batch) / step.median, static_cast<double>(batch) / step.high,
                static_cast<double>(batch) / step.low, step.median * 1e3, flops / step.median / 1e9);
   std::fprintf(stderr, "    by CPU time: %.0f samples per CPU second (%.2f ms, %.2f CPUs busy)\n",
@@ -171,7 +180,7 @@ void measure(hpcps::metrics::JsonWriter& json, const char* method, std::size_t w
 
 int main(int argc, char** argv) {
   std::vector<std::size_t> widths{32, 16}, threads{1, 2};
-  std::vector<std::string> methods{"onednn", "im2col"};
+  std::vector<std::string> methods{"onednn", "onednn-apart", "im2col"};
   std::size_t batch = 128;
   int repeats = 7;
   std::string out;
@@ -198,8 +207,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& m : methods) {
-    if (m != "im2col" && m != "onednn") {
-      std::fprintf(stderr, "unknown method '%s' (onednn, im2col)\n", m.c_str());
+    if (m != "im2col" && m != "onednn" && m != "onednn-apart") {
+      std::fprintf(stderr, "unknown method '%s' (onednn, onednn-apart, im2col)\n", m.c_str());
       return 2;
     }
   }
@@ -212,7 +221,7 @@ int main(int argc, char** argv) {
   for (std::size_t t : threads) {
     for (std::size_t w : widths) {
       for (const std::string& m : methods) {
-        if (m == "onednn") measure<hpcps::backend::Cpu>(json, "onednn", w, batch, static_cast<int>(t), repeats);
+        if (m != "im2col") measure<hpcps::backend::Cpu>(json, m.c_str(), w, batch, static_cast<int>(t), repeats);
         else measure<CpuIm2col>(json, "im2col", w, batch, static_cast<int>(t), repeats);
       }
     }

@@ -787,6 +787,62 @@ TEST_CASE("backend::Cpu's convolution applies the ReLU after it itself", "[layer
   CHECK(std::all_of(grad.begin(), grad.end(), [](float v) { return std::isfinite(v); }));
 }
 
+TEST_CASE("backend::Cpu pools a convolution's output in oneDNN's layout, with the floats of pooling it apart",
+          "[layers]") {
+  // Conv2d, Relu, MaxPool2d runs as one on backend::Cpu: oneDNN's max pooling reads the
+  // convolution's blocked output and writes its gradient in that layout. The same network pooled
+  // by backend.max_pool (pool_in_library(false)) and with nothing fused (Unfused<Relu>) must give
+  // the same floats: maxima and their routing are exact, and the convolutions see the same values.
+  // The example's input and kernels, a full and a partial batch, 1 and 2 threads.
+  using Net = nn::Sequential<nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Conv2d, nn::Relu, nn::MaxPool2d, nn::Flatten,
+                             nn::Dense>;
+  using Plain = nn::Sequential<nn::Conv2d, Unfused<nn::Relu>, nn::MaxPool2d, nn::Conv2d, Unfused<nn::Relu>,
+                               nn::MaxPool2d, nn::Flatten, nn::Dense>;
+  const Net::Configs configs{{8, 5, 2}, {}, {2}, {16, 5, 2}, {}, {2}, {}, {10}};
+  const Net net(Shape{1, 28, 28}, configs);
+  const Plain plain(Shape{1, 28, 28}, configs);
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  hpcps::data::Rng rng(seed);
+  constexpr std::size_t max_batch = 4;
+  std::vector<float> params(net.parameter_count()), x(max_batch * net.input_size());
+  std::vector<std::int32_t> labels(max_batch);
+  net.initialize(params.data(), seed);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : labels) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, 10));
+  const auto is_nan = [](float v) { return std::isnan(v); };
+  for (int threads : {1, 2}) {
+    const Cpu backend(threads);
+    auto in_library = net.make_workspace(backend, max_batch);
+    auto apart = net.make_workspace(backend, max_batch);
+    auto unfused = plain.make_workspace(backend, max_batch);
+    std::get<0>(apart.layers).method.pool_in_library(false);
+    std::get<3>(apart.layers).method.pool_in_library(false);
+    for (std::size_t i : {0, 1, 3, 4}) {
+      std::fill(in_library.activations[i].begin(), in_library.activations[i].end(), std::nanf(""));
+    }
+    for (std::size_t count : {max_batch, max_batch - 1}) {
+      INFO(threads << " threads, " << count << " samples");
+      std::vector<float> a(params.size()), b(params.size()), c(params.size());
+      const double loss_a = net.gradient(backend, in_library, params.data(), x.data(), labels.data(), count, a.data()).loss_sum;
+      const double loss_b = net.gradient(backend, apart, params.data(), x.data(), labels.data(), count, b.data()).loss_sum;
+      const double loss_c = plain.gradient(backend, unfused, params.data(), x.data(), labels.data(), count, c.data()).loss_sum;
+      CHECK(loss_a == loss_b);
+      CHECK(loss_a == loss_c);
+      CHECK(a == b);
+      CHECK(a == c);
+      CHECK(std::count_if(a.begin(), a.end(), [](float v) { return v != 0.0f; }) > static_cast<long>(a.size() / 2));
+      CHECK(net.evaluate(backend, in_library, params.data(), x.data(), labels.data(), count).loss_sum == loss_a);
+    }
+    // The convolutions' and activations' own slots are never written: the pooled output is all.
+    for (std::size_t i : {0, 1, 3, 4}) CHECK(std::all_of(in_library.activations[i].begin(), in_library.activations[i].end(), is_nan));
+    CHECK(std::get<0>(in_library.layers).method.max_pooling_impl() != "backend");
+    CHECK(std::get<3>(in_library.layers).method.max_pooling_impl() != "");
+    CHECK(std::get<0>(apart.layers).method.max_pooling_impl() == "backend");
+    CHECK_THROWS_AS(std::get<0>(in_library.layers).method.pool_in_library(false), hpcps::Error);
+  }
+}
+
 // ---- No allocation per step ------------------------------------------------------------------------
 
 namespace {

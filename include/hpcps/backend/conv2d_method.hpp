@@ -4,7 +4,10 @@
 // im2col + GEMM on its primitives (the Thrust backends). A method is constructed once per layer
 // workspace, `Method(backend, Window2d, out_channels, max_batch)`, and offers
 // `forward(backend, params, x, count, y)`, `forward_activated<Act>(backend, params, x, count, y)`
-// (y = Act(conv(x))) and `backward(backend, params, x, dy, count, dx, grad)`.
+// (y = Act(conv(x))) and `backward(backend, params, x, dy, count, dx, grad)`. A method may also
+// fuse a max pooling after the activation: `pools_after<Act>()`, `forward_max_pooled<Act>(backend,
+// params, x, count, pool, y)` and `backward_max_pooled<Act>(backend, params, x, y, dy, count, pool,
+// dx, grad)`, with y and dy the pooling's output and its gradient (backend::BasicCpu's oneDNN method).
 #include <type_traits>
 
 #include "hpcps/backend/conv2d_im2col.hpp"
@@ -21,5 +24,14 @@ struct conv2d_method<Backend, std::void_t<typename Backend::conv2d_method_type>>
 };
 template <class Backend>
 using conv2d_method_t = typename conv2d_method<Backend>::type;
+
+// Whether convolution method M runs activation Act and a max pooling after the convolution itself.
+template <class M, class Act, class = void>
+struct conv2d_pools_after : std::false_type {};
+template <class M, class Act>
+struct conv2d_pools_after<M, Act, std::void_t<decltype(M::template pools_after<Act>())>>
+    : std::bool_constant<M::template pools_after<Act>()> {};
+template <class M, class Act>
+inline constexpr bool conv2d_pools_after_v = conv2d_pools_after<M, Act>::value;
 
 }  // namespace hpcps::backend

@@ -96,6 +96,28 @@ struct has_backward_through<L, B, Act,
                                 (const float*)nullptr, std::size_t{}, (float*)nullptr, (float*)nullptr))>>
     : std::true_type {};
 
+// And `forward_pooled<Act>(..., const Pool& pool, y, training)` with `backward_pooled<Act>(..., x, y,
+// dy, count, pool, dx, grad)`: the layer, the activation Act after it and the pooling layer Pool
+// after that as one, both ways (y and dy: the pooling's output and its gradient).
+template <class L, class B, class Act, class Pool, class = void>
+struct has_forward_pooled : std::false_type {};
+template <class L, class B, class Act, class Pool>
+struct has_forward_pooled<L, B, Act, Pool,
+                          std::void_t<decltype(std::declval<const L&>().template forward_pooled<Act>(
+                              std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                              (const float*)nullptr, (const float*)nullptr, std::size_t{},
+                              std::declval<const Pool&>(), (float*)nullptr, true))>> : std::true_type {};
+
+template <class L, class B, class Act, class Pool, class = void>
+struct has_backward_pooled : std::false_type {};
+template <class L, class B, class Act, class Pool>
+struct has_backward_pooled<L, B, Act, Pool,
+                           std::void_t<decltype(std::declval<const L&>().template backward_pooled<Act>(
+                               std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                               (const float*)nullptr, (const float*)nullptr, (const float*)nullptr,
+                               (const float*)nullptr, std::size_t{}, std::declval<const Pool&>(), (float*)nullptr,
+                               (float*)nullptr))>> : std::true_type {};
+
 template <class A, class = void>
 struct is_activation : std::false_type {};
 template <class A>

@@ -55,6 +55,14 @@ struct runs_previous : std::false_type {};
 template <class Act, class L, class B>
 struct runs_previous<ActivationLayer<Act>, L, B> : has_backward_through<L, B, Act> {};
 
+// ...and layer L runs the activation layer Next and the pooling layer Pool after it as one, both
+// ways (backend::Cpu's convolution pools its output in oneDNN's layout, never converting it).
+template <class L, class Next, class Pool, class B>
+struct pools_next : std::false_type {};
+template <class L, class Act, class Pool, class B>
+struct pools_next<L, ActivationLayer<Act>, Pool, B>
+    : std::bool_constant<has_forward_pooled<L, B, Act, Pool>::value && has_backward_pooled<L, B, Act, Pool>::value> {};
+
 }  // namespace detail
 
 template <class L>
@@ -260,6 +268,29 @@ class Sequential {
     }
   }
 
+  // Layer I runs the activation layer I + 1 and the pooling layer I + 2 with it, both ways
+  // (detail::pools_next); not a layer that runs the activation before it (it has no place to).
+  template <class B, std::size_t I>
+  static constexpr bool fused_pooling() {
+    if constexpr (I + 2 < layer_count) {
+      return detail::pools_next<layer_type<I>, layer_type<I + 1>, layer_type<I + 2>, B>::value &&
+             !folds_previous<B, I>();
+    } else {
+      return false;
+    }
+  }
+  // Layer I's passes run inside layer I - 1's or I - 2's.
+  template <class B, std::size_t I>
+  static constexpr bool runs_inside_another() {
+    if constexpr (I >= 2) {
+      if constexpr (fused_pooling<B, I - 2>()) return true;
+    }
+    if constexpr (I >= 1) {
+      if constexpr (fused_pooling<B, I - 1>()) return true;
+    }
+    return false;
+  }
+
   template <class B, std::size_t... I>
   void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
                bool training, std::index_sequence<I...>) const {
@@ -271,9 +302,14 @@ class Sequential {
     if constexpr (I > 0) {
       if constexpr (fused_forward<B, I - 1>()) return;  // layer I - 1 applied this activation
     }
+    if constexpr (runs_inside_another<B, I>()) return;
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     const auto& layer = std::get<I>(layers_);
-    if constexpr (fused_forward<B, I>()) {
+    if constexpr (fused_pooling<B, I>()) {
+      layer.template forward_pooled<typename layer_type<I + 1>::activation_type>(
+          backend, std::get<I>(ws.layers), params + offsets_[I], below, count, std::get<I + 2>(layers_),
+          B::data(ws.activations[I + 2]), training);
+    } else if constexpr (fused_forward<B, I>()) {
       layer.template forward_activated<typename layer_type<I + 1>::activation_type>(
           backend, std::get<I>(ws.layers), params + offsets_[I], below, count, B::data(ws.activations[I + 1]),
           training);
@@ -295,13 +331,18 @@ class Sequential {
                       float* grad, float*& delta, Ready& ready) const {
     if (I < first_trainable_) return;
     if constexpr (folds_previous<B, I + 1>()) return;  // layer I + 1 ran it
+    if constexpr (runs_inside_another<B, I>()) return;  // delta passes on to that layer unchanged
     const auto& layer = std::get<I>(layers_);
     float* dx = nullptr;
     if (I != first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     // A layer fused with the activation after it never stored its own output.
     const float* y = fused_forward<B, I>() ? nullptr : B::data(ws.activations[I]);
-    if constexpr (folds_previous<B, I>()) {
+    if constexpr (fused_pooling<B, I>()) {
+      layer.template backward_pooled<typename layer_type<I + 1>::activation_type>(
+          backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I + 2]), delta, count,
+          std::get<I + 2>(layers_), dx, grad + offsets_[I]);
+    } else if constexpr (folds_previous<B, I>()) {
       layer.template backward_through<typename layer_type<I - 1>::activation_type>(
           backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx, grad + offsets_[I]);
     } else {

@@ -129,6 +129,189 @@ class DnnlConv2d {
       set_handle(diff_dst_weights_, full ? dy : stage_out_.data());
       to_lib(diff_dst_weights_);
     }
+    backward_from_library(params, x, count, dx, grad);
+  }
+
+  // Whether forward_max_pooled / backward_max_pooled take activation Act (oneDNN has a post-op for
+  // it); nn::Conv2d offers nn::Sequential the fusion with a following max pooling only then.
+  template <class Act>
+  static constexpr bool pools_after() {
+    return post_op_kind<Act>() >= 0;
+  }
+
+  // y = max_pool(Act(W * x + b)), `pool` the pooling's geometry over this layer's output. The
+  // convolution's output stays in oneDNN's blocked layout for oneDNN's max pooling, which records
+  // each window's maximum in its workspace: no pass converts the convolution's output to NCHW or
+  // back, and pooling in the blocked layout is a vector op per window. CNN of issue 11, batch 128,
+  // one thread: from 7.7 to 2.6 ms for the first pooling and its conversions (docs/layers.md#fusion).
+  // Made at the first call; where oneDNN's layouts do not line up, the convolution and
+  // backend.max_pool run one after the other, with the same results.
+  template <class Act, class Backend>
+  void forward_max_pooled(const Backend& backend, const float* params, const float* x, std::size_t count,
+                          const Window2d& pool, float* y) {
+    static_assert(pools_after<Act>(), "hpcps: forward_max_pooled needs an activation oneDNN has a post-op for");
+    if (count == 0) return;
+    check_count(count);
+    MaxPooled& m = max_pooled(pool);
+    if (!m.in_library) {
+      forward_activated<Act>(backend, params, x, count, m.plain.data());
+      backend.max_pool(m.plain.data(), count, pool, y, m.argmax.data());
+      return;
+    }
+    run_forward(activated_forward(post_op_kind<Act>()), params, x, count, nullptr);
+    OmpThreadScope scope(threads_);
+    const bool full = count == batch_;
+    float* out = full ? y : m.stage.data();
+    set_handle(m.pooled, out);
+    execute(m.forward, {{DNNL_ARG_SRC, dst_.lib.get()},
+                        {DNNL_ARG_DST, m.pooled.lib.get()},
+                        {DNNL_ARG_WORKSPACE, m.workspace.get()},
+                        {DNNL_ARG_SCRATCHPAD, scratchpad_.get()}});
+    to_user(m.pooled);
+    if (!full) std::copy(out, out + count * pool.out_size(), y);
+  }
+
+  // The backward pass of forward_max_pooled: dy and y are the pooling's output gradient and output
+  // (NCHW); Act'(x) at each window's maximum is Act'(y) there.
+  template <class Act, class Backend>
+  void backward_max_pooled(const Backend& backend, const float* params, const float* x, const float* y,
+                           const float* dy, std::size_t count, const Window2d& pool, float* dx, float* grad) {
+    static_assert(pools_after<Act>(), "hpcps: backward_max_pooled needs an activation oneDNN has a post-op for");
+    if (count == 0) return;
+    check_count(count);
+    MaxPooled& m = max_pooled(pool);
+    const std::size_t pooled = count * pool.out_size();
+    backend.template activation_gradient<Act>(dy, y, pooled, m.scaled.data());
+    if (!m.in_library) {
+      backend.max_pool_backward(m.scaled.data(), m.argmax.data(), count, pool, m.plain.data());
+      backward(backend, params, x, m.plain.data(), count, dx, grad);
+      return;
+    }
+    OmpThreadScope scope(threads_);
+    // A partial batch runs as a full one whose missing samples have a zero gradient.
+    if (count < batch_) std::fill(m.scaled.begin() + static_cast<std::ptrdiff_t>(pooled), m.scaled.end(), 0.0f);
+    set_handle(m.pooled_diff, m.scaled.data());
+    to_lib(m.pooled_diff);
+    execute(m.backward, {{DNNL_ARG_DIFF_DST, m.pooled_diff.lib.get()},
+                         {DNNL_ARG_DIFF_SRC, diff_dst_.lib.get()},
+                         {DNNL_ARG_WORKSPACE, m.workspace.get()},
+                         {DNNL_ARG_SCRATCHPAD, scratchpad_.get()}});
+    if (own_diff_dst_weights_) reorder(m.to_weights_layout, diff_dst_.lib, diff_dst_weights_.lib);
+    backward_from_library(params, x, count, dx, grad);
+  }
+
+  // The implementation oneDNN chose for each primitive, e.g. "jit:avx512_core" (for reports).
+  const std::string& forward_impl() const { return forward_impl_; }
+  const std::string& backward_data_impl() const { return backward_data_impl_; }
+  const std::string& backward_weights_impl() const { return backward_weights_impl_; }
+  // Before the first forward_max_pooled: false pools with backend.max_pool on the NCHW output, the
+  // method without the fusion (for comparisons side by side: tests, bench/cnn_step).
+  void pool_in_library(bool on) {
+    if (max_pooled_) throw Error("backend::Cpu: pool_in_library must be set before the first pooled step");
+    pool_in_library_ = on;
+  }
+  // The max pooling's, once forward_max_pooled ran: oneDNN's, or "backend" for the fallback.
+  std::string max_pooling_impl() const {
+    if (!max_pooled_) return "";
+    return max_pooled_->in_library ? max_pooled_->forward_impl : "backend";
+  }
+
+ private:
+  using tag = dnnl::memory::format_tag;
+  using dims = dnnl::memory::dims;
+
+  // The pooling after the convolution (forward_max_pooled), made at its first call.
+  struct MaxPooled {
+    Window2d pool;
+    bool in_library = false;  // oneDNN pools the blocked output; else the fallback below
+    std::string forward_impl;
+    dnnl::pooling_forward forward;
+    dnnl::pooling_backward backward;
+    dnnl::memory workspace;             // each window's maximum, oneDNN's encoding
+    DnnlTensor pooled, pooled_diff;     // the pooled output and its gradient: NCHW <-> oneDNN's layout
+    dnnl::reorder to_weights_layout;    // diff_dst to the layout the weight gradient reads, if another
+    std::vector<float> scaled, stage;   // dy * Act'(y) [max_batch x pooled]; a partial batch's output
+    std::vector<float> plain;           // fallback: the convolution's NCHW output
+    std::vector<std::int32_t> argmax;   // fallback: backend.max_pool's record
+  };
+
+  MaxPooled& max_pooled(const Window2d& pool) {
+    if (max_pooled_) {
+      const Window2d& p = max_pooled_->pool;
+      if (p.channels != pool.channels || p.height != pool.height || p.width != pool.width ||
+          p.window != pool.window || p.stride != pool.stride || p.padding != pool.padding) {
+        throw Error("backend::Cpu: a convolution's workspace serves one max pooling after it, and got another");
+      }
+      return *max_pooled_;
+    }
+    if (pool.channels != out_channels_ || pool.height != g_.out_height || pool.width != g_.out_width) {
+      throw Error(fmt::format("backend::Cpu: a max pooling over {}x{}x{} after a convolution with output {}x{}x{}",
+                              pool.channels, pool.height, pool.width, out_channels_, g_.out_height, g_.out_width));
+    }
+    MaxPooled m;
+    m.pool = pool;
+    m.scaled.assign(batch_ * pool.out_size(), 0.0f);
+    try {
+      OmpThreadScope scope(threads_);
+      if (pool_in_library_) build_max_pooled(m);
+    } catch (const dnnl::error&) {
+      m.in_library = false;  // a pooling oneDNN cannot run on this layout: the fallback computes it
+    }
+    if (m.in_library) {
+      m.stage.assign(batch_ * pool.out_size(), 0.0f);
+    } else {
+      m.plain.assign(batch_ * output_size(), 0.0f);
+      m.argmax.assign(batch_ * pool.out_size(), 0);
+    }
+    max_pooled_.emplace(std::move(m));
+    return *max_pooled_;
+  }
+
+  void build_max_pooled(MaxPooled& m) {
+    const auto& engine = dnnl_cpu_engine();
+    const dnnl::memory::desc conv_out = dst_.lib.get_desc();
+    // oneDNN pools in place of our kernel only where it reads the convolution's own buffer and
+    // writes the gradient straight into the one the convolution's backward pass reads.
+    if (!dst_.converts || !diff_dst_.converts || diff_dst_.lib.get_desc() != conv_out) return;
+    const auto d = [](std::size_t v) { return static_cast<dnnl::memory::dim>(v); };
+    const Window2d& p = m.pool;
+    const dims pooled_dims{d(batch_), d(p.channels), d(p.out_height), d(p.out_width)};
+    const dims kernel{d(p.window), d(p.window)}, strides{d(p.stride), d(p.stride)}, pad{0, 0};
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::pooling_forward::primitive_desc fwd(
+        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, conv_out,
+                                    plain(pooled_dims, tag::any), strides, kernel, pad, pad),
+        attr, engine);
+    const dnnl::pooling_backward::primitive_desc bwd(
+        dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, conv_out, fwd.dst_desc(), strides, kernel, pad, pad),
+        attr, engine, fwd);
+    if (bwd.diff_src_desc() != conv_out) return;
+    std::size_t scratch = std::max(fwd.scratchpad_desc().get_size(), bwd.scratchpad_desc().get_size());
+    const auto pooled_nchw = plain(pooled_dims, tag::nchw);
+    m.pooled = output(pooled_nchw, fwd.dst_desc(), attr, scratch);
+    m.pooled_diff = input(pooled_nchw, bwd.diff_dst_desc(), attr, scratch);
+    if (own_diff_dst_weights_) {
+      const dnnl::reorder::primitive_desc pd(engine, conv_out, engine, diff_dst_weights_.lib.get_desc(), attr);
+      scratch = std::max(scratch, pd.scratchpad_desc().get_size());
+      m.to_weights_layout = dnnl::reorder(pd);
+    }
+    m.forward = dnnl::pooling_forward(fwd);
+    m.forward_impl = fwd.impl_info_str();
+    m.backward = dnnl::pooling_backward(bwd);
+    m.workspace = dnnl::memory(fwd.workspace_desc(), engine);
+    if (scratch > scratchpad_size_) {
+      scratchpad_size_ = scratch;
+      scratchpad_ = dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(scratchpad_size_)},
+                                                    dnnl::memory::data_type::u8, tag::a),
+                                 engine);
+    }
+    m.in_library = true;
+  }
+
+  // The weight and input gradients from diff_dst_ (and diff_dst_weights_) already in oneDNN's layouts.
+  void backward_from_library(const float* params, const float* x, std::size_t count, float* dx, float* grad) {
+    const bool full = count == batch_;
     const dnnl::memory* src = &src_.lib;
     if (own_src_weights_) {
       set_handle(src_weights_, full ? x : stage_in_.data());
@@ -164,15 +347,6 @@ class DnnlConv2d {
     to_user(diff_src_);
     if (!full) std::copy(out, out + count * g_.in_size(), dx);
   }
-
-  // The implementation oneDNN chose for each primitive, e.g. "jit:avx512_core" (for reports).
-  const std::string& forward_impl() const { return forward_impl_; }
-  const std::string& backward_data_impl() const { return backward_data_impl_; }
-  const std::string& backward_weights_impl() const { return backward_weights_impl_; }
-
- private:
-  using tag = dnnl::memory::format_tag;
-  using dims = dnnl::memory::dims;
 
   // The index of Act's oneDNN post-op in post_op_algorithms, or -1.
   template <class Act>
@@ -220,13 +394,15 @@ class DnnlConv2d {
     set_handle(weights_, params);
     to_lib(weights_);
     bias_.set_data_handle(const_cast<float*>(params) + weight_count());
-    float* out = full ? y : stage_out_.data();
-    set_handle(dst_, out);
+    // y == nullptr: the output stays in dst_.lib, oneDNN's layout, for the pooling after it.
+    float* out = y == nullptr ? nullptr : full ? y : stage_out_.data();
+    if (out != nullptr) set_handle(dst_, out);
     execute(primitive, {{DNNL_ARG_SRC, src_.lib.get()},
                         {DNNL_ARG_WEIGHTS, weights_.lib.get()},
                         {DNNL_ARG_BIAS, bias_.get()},
                         {DNNL_ARG_DST, dst_.lib.get()},
                         {DNNL_ARG_SCRATCHPAD, scratchpad_.get()}});
+    if (out == nullptr) return;
     to_user(dst_);
     if (!full) std::copy(out, out + count * output_size(), y);
   }
@@ -372,6 +548,8 @@ class DnnlConv2d {
   dnnl::memory bias_, diff_bias_, scratchpad_;
   dnnl::stream stream_;
   std::vector<float> stage_in_, stage_dx_, stage_out_;
+  std::optional<MaxPooled> max_pooled_;  // made at the first forward_max_pooled
+  bool pool_in_library_ = true;
 };
 
 }  // namespace hpcps::backend::detail

@@ -4,6 +4,7 @@
 // [out_channels x in_channels x k x k], then one bias per output channel.
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include "hpcps/backend/window.hpp"
 #include "hpcps/data/random.hpp"
 #include "hpcps/error.hpp"
+#include "hpcps/nn/layers/max_pool2d.hpp"
 #include "hpcps/nn/layers/stateless.hpp"
 #include "hpcps/nn/shape.hpp"
 
@@ -70,6 +72,23 @@ class Conv2d {
   void forward_activated(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
                          std::size_t count, float* y, bool /*training*/) const {
     ws.method.template forward_activated<Act>(backend, params, x, count, y);
+  }
+
+  // y = max_pool(Act(conv(x))), for nn::Sequential's fusion with the activation and the max pooling
+  // after this layer, where the backend's method runs them (backend::Cpu: docs/layers.md#fusion).
+  template <class Act, class Backend, class Method = backend::conv2d_method_t<Backend>,
+            std::enable_if_t<backend::conv2d_pools_after_v<Method, Act>, int> = 0>
+  void forward_pooled(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                      std::size_t count, const MaxPool2d& pool, float* y, bool /*training*/) const {
+    ws.method.template forward_max_pooled<Act>(backend, params, x, count, pool.geometry(), y);
+  }
+  // Its backward pass: y and dy are the pooling's output and its gradient.
+  template <class Act, class Backend, class Method = backend::conv2d_method_t<Backend>,
+            std::enable_if_t<backend::conv2d_pools_after_v<Method, Act>, int> = 0>
+  void backward_pooled(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                       const float* y, const float* dy, std::size_t count, const MaxPool2d& pool, float* dx,
+                       float* grad) const {
+    ws.method.template backward_max_pooled<Act>(backend, params, x, y, dy, count, pool.geometry(), dx, grad);
   }
 
   // grad = [dW, db] summed over the batch (overwritten); dx = d(loss)/dx unless null.
