@@ -105,15 +105,22 @@ struct LayerRatios {
   bool nonzero = false;
 };
 
+// The same data with every value replaced by its absolute value: run through the layer, it gives
+// each output's sum of the absolute values of its terms, the scale of the rounding bound.
+inline LayerData absolute(const LayerData& d) {
+  LayerData magnitudes = d;
+  for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
+    for (float& f : *v) f = std::abs(f);
+  }
+  return magnitudes;
+}
+
 // `terms`: the longest sum any output, input gradient or parameter gradient of the layer is.
 template <class L, class B>
 LayerRatios compare_layer(const B& backend, const L& layer, hpcps::nn::Shape in, Inputs kind, std::size_t terms,
                           std::size_t count, std::uint64_t seed) {
   const LayerData d = draw_layer_data(layer, in, count, kind, seed);
-  LayerData magnitudes = d;
-  for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
-    for (float& f : *v) f = std::abs(f);
-  }
+  const LayerData magnitudes = absolute(d);
   const hpcps::backend::Cpu cpu(1);
   const LayerResult reference = run_layer(layer, cpu, in, count, d);
   const LayerResult bound = run_layer(layer, cpu, in, count, magnitudes);

@@ -460,10 +460,7 @@ TEST_CASE("backend::Cpu's oneDNN convolution agrees with im2col + GEMM at the CN
       for (std::size_t count : {max_batch, std::size_t{5}}) {
         INFO(nn::to_string(c.in) << " -> " << c.out << " channels, threads " << threads << ", batch " << count);
         const LayerData d = draw_layer_data(layer, c.in, count, Inputs::normal, seed + count);
-        LayerData magnitudes = d;
-        for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
-          for (float& f : *v) f = std::abs(f);
-        }
+        const LayerData magnitudes = hpcps_test::absolute(d);
         const LayerResult reference = run_conv_method(im2col, backend, layer, count, d);
         const LayerResult bound = run_conv_method(im2col, backend, layer, count, magnitudes);
         const LayerResult got = run_conv_method(onednn, backend, layer, count, d);
@@ -498,10 +495,7 @@ TEST_CASE("the backend comparison's bound catches a real error", "[layers][backe
   const Shape in{3, 9, 8};
   const nn::Conv2d layer(in, {4, 3, 1, 2});
   const LayerData d = draw_layer_data(layer, in, 5, Inputs::normal, 3);
-  LayerData magnitudes = d;
-  for (auto* v : {&magnitudes.params, &magnitudes.x, &magnitudes.dy}) {
-    for (float& f : *v) f = std::abs(f);
-  }
+  const LayerData magnitudes = hpcps_test::absolute(d);
   const LayerResult reference = run_layer(layer, Cpu(1), in, 5, d);
   const LayerResult bound = run_layer(layer, Cpu(1), in, 5, magnitudes);
   std::vector<float> wrong = reference.y;
