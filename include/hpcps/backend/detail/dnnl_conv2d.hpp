@@ -142,8 +142,8 @@ class DnnlConv2d {
   // y = max_pool(Act(W * x + b)), `pool` the pooling's geometry over this layer's output. The
   // convolution's output stays in oneDNN's blocked layout for oneDNN's max pooling, which records
   // each window's maximum in its workspace: no pass converts the convolution's output to NCHW or
-  // back, and pooling in the blocked layout is a vector op per window. CNN of issue 11, batch 128,
-  // one thread: from 7.7 to 2.6 ms for the first pooling and its conversions (docs/layers.md#fusion).
+  // back, and pooling in the blocked layout is a vector op per window. The step of issue 11's CNN,
+  // batch 128: 1.22-1.24x faster on one thread, 1.25-1.37x on two (docs/performance.md, section 7).
   // Made at the first call; where oneDNN's layouts do not line up, the convolution and
   // backend.max_pool run one after the other, with the same results.
   template <class Act, class Backend>
