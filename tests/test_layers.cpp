@@ -781,6 +781,17 @@ TEST_CASE("backend::Cpu's convolution applies the ReLU after it itself", "[layer
   CHECK(std::all_of(grad.begin(), grad.end(), [](float v) { return std::isfinite(v); }));
 }
 
+// Which compositions run the pooling inside the convolution: backend::Cpu, an activation oneDNN
+// has a post-op for, a max pooling; nothing else.
+static_assert(nn::detail::has_forward_pooled<nn::Conv2d, Cpu, nn::Relu, nn::MaxPool2d>::value &&
+              nn::detail::has_backward_pooled<nn::Conv2d, CpuEigen, nn::Tanh, nn::MaxPool2d>::value);
+static_assert(!nn::detail::has_forward_pooled<nn::Conv2d, Cpu, nn::Relu, nn::AvgPool2d>::value);
+static_assert(!nn::detail::has_forward_pooled<nn::Conv2d, Cpu, nn::Identity, nn::MaxPool2d>::value);
+static_assert(!nn::detail::has_forward_pooled<nn::Dense, Cpu, nn::Relu, nn::MaxPool2d>::value);
+#if defined(HPCPS_TEST_THRUST)
+static_assert(!nn::detail::has_forward_pooled<nn::Conv2d, hpcps::backend::ThrustOmp, nn::Relu, nn::MaxPool2d>::value);
+#endif
+
 TEST_CASE("backend::Cpu pools a convolution's output in oneDNN's layout, with the floats of pooling it apart",
           "[layers]") {
   // Conv2d, Relu, MaxPool2d runs as one on backend::Cpu: oneDNN's max pooling reads the

@@ -12,10 +12,13 @@ every program; OPENBLAS_CORETYPE left as the machine sets it):
     `mpiexec -n 1 examples/fashion_mnist_cnn --servers 0 ...`, its report's samples_per_second;
   * each PyTorch of --torch (a Python interpreter each; default Debian's python3-torch 1.13 and the
     PyPI build in build/venv-torch, if present) running bench/peers/pytorch_mlp.py --model cnn;
-  * the compute-bound ceiling: bench/cnn_step times every layer of the same step alone in a replica
-    (oneDNN convolutions, OpenBLAS GEMMs); the ceiling is batch / (the convolution and dense
-    layers' forward and backward time), the speed of a step whose pooling, activations, dropout,
-    loss and copies cost nothing. Fraction of the ceiling = samples/s / ceiling samples/s.
+  * the compute-bound ceiling: the speed of a step in which only the arithmetic of the convolutions
+    and dense layers costs time, at the rates they run at here: batch / (oneDNN's convolution
+    primitives' time per step, as ONEDNN_VERBOSE=1 reports each execution in bench/cnn_step,
+    without the conversions between layouts, + the dense layers' forward and backward time, each
+    timed alone by bench/cnn_step in a replica of the step). Pooling, activations, dropout, loss,
+    layout conversions and copies cost nothing in it. Fraction of the ceiling = samples/s / ceiling
+    samples/s.
 
 Each repeat runs every program once, interleaved. Throughput of a training run is all its epochs'
 samples over their training seconds (evaluation excluded). The ratio to "the faster PyTorch" uses,
@@ -37,7 +40,7 @@ sys.path.insert(0, HERE)
 # One way to run, summarise and plot.
 from compare_pytorch import bars_with_range, finish_thread_plot, run_epochs, summary, thread_env  # noqa: E402
 
-COMPUTE_LAYERS = ("conv1", "conv2", "dense1", "dense2")
+DENSE_LAYERS = ("dense1", "dense2")
 
 
 def run_ps(args, threads, report):
@@ -54,14 +57,32 @@ def run_ps(args, threads, report):
 
 
 def run_ceiling(args, threads):
-    cmd = [os.path.join(args.build, "bench", "cnn_step"), "--widths", str(args.width), "--batch", str(args.batch),
-           "--threads", str(threads), "--methods", "onednn", "--repeats", "5"]
-    out = subprocess.run(cmd, check=True, env=thread_env(threads), capture_output=True, text=True, timeout=900).stdout
-    step = json.loads(out)["results"][0]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "cnn_step.json")
+        cmd = [os.path.join(args.build, "bench", "cnn_step"), "--widths", str(args.width), "--batch", str(args.batch),
+               "--threads", str(threads), "--methods", "onednn", "--repeats", "5", "--out", path]
+        # oneDNN prints a line per primitive executed, ending in its time in ms.
+        log = subprocess.run(cmd, check=True, env=dict(thread_env(threads), ONEDNN_VERBOSE="1"), capture_output=True,
+                             text=True, timeout=900).stdout
+        with open(path) as f:
+            step = json.load(f)["results"][0]
+    # Each step (fused or in the replica) runs every convolution primitive once: one pass
+    # (forward, backward-data, backward-weights) of one shape. The ceiling takes each one's median
+    # time, so a step that lost its core counts no more than in the step's own median.
+    times = {}
+    for line in log.splitlines():
+        fields = line.split(",")
+        if len(fields) < 7 or fields[1] != "exec" or fields[3] != "convolution":
+            continue
+        shape = next((x for x in fields if x.startswith(f"mb{args.batch}_")), "")
+        times.setdefault((fields[5], shape), []).append(float(fields[-1]) / 1e3)
+    if not times:
+        raise SystemExit("compare_pytorch_cnn: ONEDNN_VERBOSE=1 printed no convolution of the step (not oneDNN?)")
+    conv = sum(statistics.median(v) for v in times.values())
     layers = {l["layer"]: l for l in step["layers"]}
-    compute = sum(layers[name]["forward_seconds_median"] + layers[name]["backward_seconds_median"]
-                  for name in COMPUTE_LAYERS)
-    return {"ceiling_samples_per_second": args.batch / compute, "compute_layer_seconds": compute,
+    dense = sum(layers[name]["forward_seconds_median"] + layers[name]["backward_seconds_median"] for name in DENSE_LAYERS)
+    return {"ceiling_samples_per_second": args.batch / (conv + dense), "convolution_primitive_seconds": conv,
+            "dense_layer_seconds": dense, "convolution_passes": sorted(" ".join(k) for k in times),
             "step_samples_per_second": step["samples_per_second_median"], "flops_per_sample": step["flops_per_sample"]}
 
 
@@ -144,7 +165,8 @@ def main():
     out = {"benchmark": "compare_pytorch_cnn", "width": args.width, "batch": args.batch, "epochs": args.epochs,
            "repeats": args.repeats, "lr": args.lr, "momentum": 0.9, "peers": peers,
            "flops_per_sample": results[0]["runs"]["ceiling"][0]["flops_per_sample"],
-           "ceiling": "batch / (forward + backward seconds of conv1, conv2, dense1, dense2, each timed alone by "
+           "ceiling": "batch / (oneDNN's convolution primitives' seconds per step as ONEDNN_VERBOSE=1 reports them in "
+                      "bench/cnn_step, + forward + backward seconds of dense1 and dense2, each timed alone by "
                       "bench/cnn_step in a replica of the step)",
            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "cpus": os.cpu_count(),
            "load_average_before": load_before, "load_average_after": os.getloadavg(), "results": results}
