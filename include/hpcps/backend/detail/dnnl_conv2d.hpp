@@ -161,7 +161,9 @@ class DnnlConv2d {
     run_forward(activated_forward(post_op_kind<Act>()), params, x, count, nullptr);
     OmpThreadScope scope(threads_);
     const bool full = count == batch_;
-    float* out = full ? y : m.stage.data();
+    // A partial batch's pooled output goes through stage_out_ (the convolution's own output stayed
+    // in dst_.lib, and the pooled one is smaller).
+    float* out = full ? y : stage_out_.data();
     set_handle(m.pooled, out);
     execute(m.forward, {{DNNL_ARG_SRC, dst_.lib.get()},
                         {DNNL_ARG_DST, m.pooled.lib.get()},
@@ -230,7 +232,7 @@ class DnnlConv2d {
     dnnl::memory workspace;             // each window's maximum, oneDNN's encoding
     DnnlTensor pooled, pooled_diff;     // the pooled output and its gradient: NCHW <-> oneDNN's layout
     dnnl::reorder to_weights_layout;    // diff_dst to the layout the weight gradient reads, if another
-    std::vector<float> scaled, stage;   // dy * Act'(y) [max_batch x pooled]; a partial batch's output
+    std::vector<float> scaled;          // dy * Act'(y), [max_batch x pooled]
     std::vector<float> plain;           // fallback: the convolution's NCHW output
     std::vector<std::int32_t> argmax;   // fallback: backend.max_pool's record
   };
@@ -257,9 +259,7 @@ class DnnlConv2d {
     } catch (const dnnl::error&) {
       m.in_library = false;  // a pooling oneDNN cannot run on this layout: the fallback computes it
     }
-    if (m.in_library) {
-      m.stage.assign(batch_ * pool.out_size(), 0.0f);
-    } else {
+    if (!m.in_library) {
       m.plain.assign(batch_ * output_size(), 0.0f);
       m.argmax.assign(batch_ * pool.out_size(), 0);
     }
