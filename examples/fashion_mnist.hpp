@@ -1,14 +1,13 @@
 #pragma once
 // What the Fashion-MNIST examples share: the command line, its validation, and the compositions
 // (every strategy x update rule for a backend), over any network type. fashion_mnist_mlp.cpp and
-// fashion_mnist_cnn.cpp each add their network's options and build it; the *_cuda.cu sources hold
-// the Thrust CUDA compositions, compiled by nvcc.
+// fashion_mnist_cnn.cpp each add their network's options and build it, and hold the compositions
+// of backend::Cpu; the other backends' are in sources of their own (*_thrust_omp.cpp, compiled in
+// parallel with the program's source, and *_cuda.cu, compiled by nvcc into the *_cuda programs
+// only, so that the CPU programs link no CUDA library).
 #include <hpcps/hpcps.hpp>
 #include <hpcps/ps/agreed_verdict.hpp>
 #include <hpcps/ps/node_dataset.hpp>
-#if defined(HPCPS_EXAMPLE_THRUST)
-#include <hpcps/backend/thrust.hpp>
-#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -220,9 +219,28 @@ inline std::optional<int> parse(CLI::App& app, Config& cfg, int argc, char** arg
 // need a rank that only serves.
 inline int servers_for(const Config& cfg) { return cfg.servers ? *cfg.servers : (cfg.sync == "bsp" ? 0 : 1); }
 
+// A --backend this program was not built with: one sentence that says where it is.
+inline std::string backend_problem(const Config& cfg) {
+  if (cfg.backend == "cuda") {
+#if defined(HPCPS_EXAMPLE_CUDA)
+    return {};
+#elif defined(HPCPS_EXAMPLE_CUDA_TWIN)
+    return fmt::format("--backend cuda: {} runs on the CPU only and links no CUDA library ({} is the same program "
+                       "with the CUDA backend)", cfg.program, HPCPS_EXAMPLE_CUDA_TWIN);
+#else
+    return "--backend cuda: this build has no CUDA (configure where nvcc is found, with -DHPCPS_CUDA=ON)";
+#endif
+  }
+#if !defined(HPCPS_EXAMPLE_THRUST)
+  if (cfg.backend == "thrust-omp") return "--backend thrust-omp: this build found no Thrust headers (CCCL)";
+#endif
+  return {};
+}
+
 // What can be checked once the launch's size and the training set are known, before any training:
 // empty if nothing is wrong, else one sentence that names the flag. Every rank computes the same.
 inline std::string usage_problem(const Config& cfg, int ranks, std::size_t train_samples) {
+  if (auto problem = backend_problem(cfg); !problem.empty()) return problem;
   const int servers = servers_for(cfg);
   if (servers >= ranks && !cfg.servers) {
     return fmt::format("--sync {} needs a rank that only serves and at least one worker: launch at least {} ranks",
@@ -645,25 +663,19 @@ inline void require_cuda_device(const hpcps::comm::Communicator& world, bool ava
                                "--backend cuda", "another rank has no usable CUDA device");
 }
 
-// The backend --backend names. A program's CUDA compositions are its run_cuda(const
-// Problem<Network>&), defined in its nvcc-compiled *_cuda.cu where the build has CUDA.
+// The backend --backend names. A program's Thrust compositions are its run_thrust_omp(const
+// Problem<Network>&) and run_cuda(const Problem<Network>&), declared with its network type and
+// defined in its own sources where the build has them (HPCPS_EXAMPLE_THRUST, HPCPS_EXAMPLE_CUDA).
 template <class Network>
 int with_chosen_backend(const Problem<Network>& p) {
   if (p.cfg.evaluate_only) return evaluate_model(p);
-  if (p.cfg.backend == "cuda") {
 #if defined(HPCPS_EXAMPLE_CUDA)
-    return run_cuda(p);
-#else
-    throw hpcps::Error("--backend cuda: this build has no CUDA (configure with nvcc and -DHPCPS_CUDA=ON)");
+  if (p.cfg.backend == "cuda") return run_cuda(p);
 #endif
-  }
-  if (p.cfg.backend == "thrust-omp") {
 #if defined(HPCPS_EXAMPLE_THRUST)
-    return with_backend<hpcps::backend::ThrustOmp>(p);
-#else
-    throw hpcps::Error("--backend thrust-omp: this build found no Thrust headers (CCCL)");
+  if (p.cfg.backend == "thrust-omp") return run_thrust_omp(p);
 #endif
-  }
+  if (const auto problem = backend_problem(p.cfg); !problem.empty()) throw hpcps::Error(problem);
   return with_backend<hpcps::backend::Cpu>(p);
 }
 

@@ -1,4 +1,5 @@
-// The CUDA compositions of the Fashion-MNIST CNN example (--backend cuda), compiled by nvcc.
+// The CUDA compositions of the Fashion-MNIST CNN example (--backend cuda), compiled by nvcc into
+// fashion_mnist_cnn_cuda.
 #include "fashion_mnist_cnn.hpp"
 
 #include <hpcps/backend/thrust.hpp>

@@ -11,14 +11,11 @@
 //
 // Ranks [0, W) are workers and the last --servers ranks are servers; rank 0 prints progress.
 // Each --sync and --optimizer choice selects a composition compiled into this program.
-#include "fashion_mnist.hpp"
+#include "fashion_mnist_mlp.hpp"
 
 namespace fashion_mnist {
 
-using Network = hpcps::nn::Mlp<hpcps::nn::Relu>;
-
-// Defined in fashion_mnist_mlp_cuda.cu, compiled by nvcc, when the build has CUDA.
-int run_cuda(const Problem<Network>& p);
+using Network = MlpNetwork;
 
 int run(const Config& cfg, const std::vector<std::size_t>& hidden) {
   const auto world = hpcps::comm::Communicator::world();

@@ -140,7 +140,8 @@ EOF
 
 # A CMake 4 there would refuse a package's CMake file that asks for a policy version below 3.5.
 export CMAKE_POLICY_VERSION_MINIMUM=3.5
-targets=(test_backends_cuda backend_throughput_cuda fashion_mnist_mlp fashion_mnist_cnn)
+# The examples' CUDA twins: the same programs as fashion_mnist_mlp and _cnn, with --backend cuda.
+targets=(test_backends_cuda backend_throughput_cuda fashion_mnist_mlp_cuda fashion_mnist_cnn_cuda)
 step "configure (nvcc, sm_90 + PTX; the carried packages)"
 # The packages' CMake and compiler-wrapper files name /usr paths; point CMake at the files.
 # shellcheck disable=SC2086  # HPCPS_GPU_CMAKE_ARGS is a list of arguments
@@ -162,8 +163,8 @@ rc=$?
 result build ok "ok in $last_seconds s" "\"seconds\": $last_seconds"
 
 step "what the build and the programs took from the host"
-programs=("$build/tests/test_backends_cuda" "$build/bench/backend_throughput_cuda" "$build/examples/fashion_mnist_mlp"
-  "$build/examples/fashion_mnist_cnn" "$mpiexec" "$deps/usr/bin/hydra_pmi_proxy")
+programs=("$build/tests/test_backends_cuda" "$build/bench/backend_throughput_cuda" "$build/examples/fashion_mnist_mlp_cuda"
+  "$build/examples/fashion_mnist_cnn_cuda" "$mpiexec" "$deps/usr/bin/hydra_pmi_proxy")
 # The carried files as the host would name them: a header or library the build or a program took
 # from one of those paths is a host copy, which the GPU machine may not have.
 (cd "$deps" && find . ! -type d | sed 's/^\.//' | sort -u) >"$work/carried.txt"
@@ -192,7 +193,7 @@ fi
 result host_check ok "every library found; host copies of carried files used: ${host_copies:-none}"
 
 step "launcher: the carried MPICH runs 2 ranks of the MLP on the CPU (1,000 samples)"
-limited 30 "$mpiexec" -iface lo -n 2 "$build/examples/fashion_mnist_mlp" --data "$data" --backend cpu --servers 1 \
+limited 30 "$mpiexec" -iface lo -n 2 "$build/examples/fashion_mnist_mlp_cuda" --data "$data" --backend cpu --servers 1 \
   --epochs 1 --train-samples 1000 --no-evaluation >"$work/launcher.log" 2>&1
 rc=$?
 tail -n "$([[ $rc -eq 0 ]] && echo 2 || echo 20)" "$work/launcher.log"
@@ -280,12 +281,12 @@ example() {
     result "accuracy.$name" "$(status_of $rc)" "$(status_of $rc) (exit $rc) in $last_seconds s, test accuracy ${acc:-n/a}" "\"exit\": $rc"
   fi
 }
-example mlp.cuda.n2 2 fashion_mnist_mlp 40 --backend cuda --epochs 2
-example cnn.cuda.n3 3 fashion_mnist_cnn 60 --backend cuda --threads 1 --epochs 1 --train-samples 20000
-example mlp.cuda.n4 4 fashion_mnist_mlp 40 --backend cuda --epochs 2
-example mlp.cpu.n2 2 fashion_mnist_mlp 40 --backend cpu --epochs 2
-example cnn.cpu.n3 3 fashion_mnist_cnn 60 --backend cpu --threads $(($(nproc) > 2 ? ($(nproc) - 2) / 2 : 1)) --epochs 1 --train-samples 20000
-example mlp.cpu.n4 4 fashion_mnist_mlp 40 --backend cpu --epochs 2
+example mlp.cuda.n2 2 fashion_mnist_mlp_cuda 40 --backend cuda --epochs 2
+example cnn.cuda.n3 3 fashion_mnist_cnn_cuda 60 --backend cuda --threads 1 --epochs 1 --train-samples 20000
+example mlp.cuda.n4 4 fashion_mnist_mlp_cuda 40 --backend cuda --epochs 2
+example mlp.cpu.n2 2 fashion_mnist_mlp_cuda 40 --backend cpu --epochs 2
+example cnn.cpu.n3 3 fashion_mnist_cnn_cuda 60 --backend cpu --threads $(($(nproc) > 2 ? ($(nproc) - 2) / 2 : 1)) --epochs 1 --train-samples 20000
+example mlp.cpu.n4 4 fashion_mnist_mlp_cuda 40 --backend cpu --epochs 2
 {
   echo "{"
   first=1
