@@ -54,6 +54,12 @@ struct TrainOptions {
   // Called on worker w after the gradient of each clock with (w, clock, seconds it took); its
   // time counts as compute. Straggler studies and tests slow workers down with it.
   std::function<void(int, std::size_t, double)> after_compute;
+  // The seconds Balance::speed counts for worker w's gradient of a clock, called with (w, global
+  // clock from 0, samples, measured seconds) on worker w; unset: the measured ones. A fake clock
+  // for tests and simulations: the split then follows counted time, not the machine's load. Each
+  // worker's count reaches the others through the balancer's exchange, so every worker still
+  // splits alike. Only the synchronous split reads it: drawing workers time nothing.
+  std::function<double(int, std::size_t, std::size_t, double)> balance_seconds;
   // Checkpoints (docs/reliability.md): written into this folder, one directory per checkpoint, at
   // the end of the clocks `checkpoint_every` says, when training stops on a signal, and at the
   // end; the newest `checkpoint_keep` are kept. Empty: none. A ParameterServer built with
@@ -505,7 +511,13 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         } else {
           worker.step(nullptr, nullptr, 0);
         }
-        if (balancer) balancer->after_clock(epoch * clocks + c + 1, worker.times().compute - computed_before, mine.size());
+        if (balancer) {
+          const double measured = worker.times().compute - computed_before;
+          balancer->after_clock(epoch * clocks + c + 1,
+                                options.balance_seconds ? options.balance_seconds(w, epoch * clocks + c, mine.size(), measured)
+                                                        : measured,
+                                mine.size());
+        }
         if constexpr (Server::sync_type::aggregates) {
           if (control && control->after_clock()) {
             stopped = true;  // every rank agreed to stop after this clock
