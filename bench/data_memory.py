@@ -34,6 +34,15 @@ throughput alone poll rarely and repeat more:
 fp32 (the results in bench/results/ used ce397ac): `git archive ce397ac | tar -x -C /tmp/before &&
 cmake --preset release -S /tmp/before -B /tmp/build-before -DHPCPS_CUDA=OFF &&
 cmake --build /tmp/build-before --target fashion_mnist_mlp`.
+
+--demo measures the README's demo as a user runs it instead (scripts/setup demo: `mpiexec -iface lo
+-n 4 build/examples/fashion_mnist_mlp --servers 1`, all 10 epochs, OMP_NUM_THREADS=1): each rank
+under `/usr/bin/time -f %M` (its peak RSS as the kernel's rusage reports it) as well as polled for
+VmHWM and Pss, for each program of --programs (default the CPU program and, where the build has
+it, its CUDA twin fashion_mnist_mlp_cuda, which links cuBLAS and the CUDA runtime: the demo's
+program before they were separated), with PyTorch DDP (2 processes, the same epochs) beside them:
+
+    /usr/bin/python3 bench/data_memory.py --demo --repeats 5 --out bench/results/demo_memory.json
 """
 import argparse
 import json
@@ -163,9 +172,93 @@ def hpcps_run(args, build, ranks, servers, extra, cliques, tmp):
             "samples_per_second": rep["samples_per_second"], "test_accuracy": rep["test_accuracy"]}
 
 
-def ddp_run(args, tmp):
+def demo_run(args, program, tmp):
+    """The README's demo, each rank under /usr/bin/time -f %M (KiB) as well as polled."""
+    report = os.path.join(tmp, "report.json")
+    for f in os.listdir(tmp):
+        os.remove(os.path.join(tmp, f))
+    path = os.path.join(args.build, "examples", program)
+    # PMI_RANK names each rank's file; sh passes the program its arguments unchanged.
+    wrapped = ["sh", "-c", f'exec /usr/bin/time -f %M -o "{tmp}/maxrss.$PMI_RANK" "$0" "$@"', path]
+    cmd = ["mpiexec", "-iface", "lo", "-n", "4"] + wrapped + ["--servers", "1", "--report", report]
+    env = thread_env(1, 1, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout))
+    _, procs, node_pss = measure(cmd, env, lambda name: name.startswith("fashion_mnist"), args.interval,
+                                 args.timeout + 30)
+    with open(report) as f:
+        rep = json.load(f)
+    maxrss = []
+    for rank in range(4):
+        with open(os.path.join(tmp, f"maxrss.{rank}")) as f:
+            maxrss.append(int(f.read().split()[-1]) * 1024)  # GNU time's %M is in KiB
+    procs.sort(key=lambda p: p["rank"] if p["rank"] is not None else 1 << 30)
+    for p in procs:
+        p["role"] = "server" if p["rank"] == 3 else "worker"
+    return {"command": recorded(cmd), "program": program, "ranks": procs, "node_pss": node_pss, "maxrss": maxrss,
+            "samples_per_second": rep["samples_per_second"], "test_accuracy": rep["test_accuracy"]}
+
+
+def demo_main(args):
+    programs = args.programs.split(",") if args.programs else [
+        p for p in ("fashion_mnist_mlp", "fashion_mnist_mlp_cuda")
+        if os.path.exists(os.path.join(args.build, "examples", p))]
+    runs = {p: [] for p in programs}
+    ddp = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for program in programs[repeat % len(programs):] + programs[:repeat % len(programs)]:
+                r = demo_run(args, program, tmp)
+                runs[program].append(r)
+                print(f"{program}: /usr/bin/time %M {[round(m / MB) for m in r['maxrss']]} MB (sum "
+                      f"{sum(r['maxrss']) / MB:.0f}), node Pss {r['node_pss'] / MB:.0f} MB, "
+                      f"{r['samples_per_second']:.0f} samples/s, accuracy {r['test_accuracy']:.4f}", file=sys.stderr)
+            if not args.no_ddp:
+                r = ddp_run(args, tmp, epochs=10)
+                ddp.append(r)
+                print(f"PyTorch DDP: node Pss {r['node_pss'] / MB:.0f} MB, processes "
+                      f"{[round(p['vmhwm'] / MB) for p in r['ranks']]} MB", file=sys.stderr)
+    results = []
+    for program, rs in runs.items():
+        results.append({
+            "program": program, "runs": rs,
+            "per_rank_maxrss_mb": [summarize([r["maxrss"][i] / MB for r in rs]) for i in range(4)],
+            "sum_maxrss_mb": summarize([sum(r["maxrss"]) / MB for r in rs]),
+            "per_rank_vmhwm_mb": [summarize([r["ranks"][i]["vmhwm"] / MB for r in rs if len(r["ranks"]) == 4])
+                                  for i in range(4)],
+            "node_pss_mb": summarize([r["node_pss"] / MB for r in rs]),
+            "samples_per_second": summarize([r["samples_per_second"] for r in rs]),
+            "test_accuracy": summarize([r["test_accuracy"] for r in rs]),
+        })
+    if ddp:
+        results.append({
+            "program": "PyTorch DDP (2 processes)", "runs": ddp,
+            "per_process_vmhwm_mb": [summarize([r["ranks"][i]["vmhwm"] / MB for r in ddp if len(r["ranks"]) == len(ddp[0]["ranks"])])
+                                     for i in range(len(ddp[0]["ranks"]))],
+            "sum_vmhwm_mb": summarize([sum(p["vmhwm"] for p in r["ranks"]) / MB for r in ddp]),
+            "node_pss_mb": summarize([r["node_pss"] / MB for r in ddp]),
+        })
+    out = {"date": time.strftime("%Y-%m-%d"), "repeats": args.repeats, "interval_seconds": args.interval,
+           "command": "mpiexec -iface lo -n 4 build/examples/PROGRAM --servers 1 (the README's demo, 10 epochs)",
+           "results": results}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print("| program | peak RSS per rank, MB (/usr/bin/time %M; rank 3 the server) | sum of the 4, MB | node Pss peak, MB | samples/s |")
+    print("| --- | --- | --- | --- | --- |")
+    for e in results:
+        if "per_rank_maxrss_mb" in e:
+            ranks = " / ".join(fmt(s, digits=0) for s in e["per_rank_maxrss_mb"])
+            print(f"| {e['program']} | {ranks} | {fmt(e['sum_maxrss_mb'], digits=0)} | {fmt(e['node_pss_mb'], digits=0)} | "
+                  f"{fmt(e['samples_per_second'], digits=0)} |")
+        else:
+            ranks = " / ".join(fmt(s, digits=0) for s in e["per_process_vmhwm_mb"])
+            print(f"| {e['program']} | {ranks} (VmHWM, + launcher) | {fmt(e['sum_vmhwm_mb'], digits=0)} | "
+                  f"{fmt(e['node_pss_mb'], digits=0)} | |")
+    print(f"JSON written to {args.out}", file=sys.stderr)
+
+
+def ddp_run(args, tmp, epochs=1):
     cmd = [args.torch_python, os.path.join(HERE, "peers", "pytorch_ddp.py"), "--processes", "2", "--threads", "1",
-           "--epochs", "1", "--batch", "64", "--evaluations-per-epoch", "1"]
+           "--epochs", str(epochs), "--batch", "64", "--evaluations-per-epoch", "1"]
     text, procs, node_pss = measure(cmd, thread_env(1, 1, GLOO_SOCKET_IFNAME="lo"),
                                     lambda name: name.startswith("python") or name.startswith("pt_"), args.interval,
                                     args.timeout + 30)
@@ -216,7 +309,12 @@ def main():
     parser.add_argument("--plot", default=os.path.join(HERE, "results", "data_memory.png"),
                         help="bar chart of the node's total memory (empty: none)")
     parser.add_argument("--from-json", help="redraw the plot from this JSON instead of running anything")
+    parser.add_argument("--demo", action="store_true", help="the README's demo, each rank under /usr/bin/time -f %%M")
+    parser.add_argument("--programs", help="--demo: programs in build/examples to run (default: the MLP and its CUDA twin)")
     args = parser.parse_args()
+    if args.demo:
+        demo_main(args)
+        return
     if args.from_json:
         with open(args.from_json) as f:
             plot(json.load(f)["results"], args.plot)
