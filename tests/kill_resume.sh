@@ -1,6 +1,6 @@
 #!/bin/sh
 # SIGKILL to one rank in the middle of a run with checkpoints on: the job must end non-zero within
-# 10 s with no rank left behind, the newest checkpoint must be complete, and the resumed run must
+# 60 s (a hang bound) with no rank left behind, the newest checkpoint must be complete, and the resumed run must
 # start from it (at most --checkpoint-every of work lost) and finish; resumed once more from the
 # checkpoint at the end, it has nothing to train and says so.
 #   kill_resume.sh MPIEXEC PROGRAM WORKDIR
