@@ -172,6 +172,12 @@ def hpcps_run(args, build, ranks, servers, extra, cliques, tmp):
             "samples_per_second": rep["samples_per_second"], "test_accuracy": rep["test_accuracy"]}
 
 
+def write_json(path, out):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def demo_run(args, program, tmp):
     """The README's demo, each rank under /usr/bin/time -f %M (KiB) as well as polled."""
     report = os.path.join(tmp, "report.json")
@@ -239,9 +245,7 @@ def demo_main(args):
     out = {"date": time.strftime("%Y-%m-%d"), "repeats": args.repeats, "interval_seconds": args.interval,
            "command": "mpiexec -iface lo -n 4 build/examples/PROGRAM --servers 1 (the README's demo, 10 epochs)",
            "results": results}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
     print("| program | peak RSS per rank, MB (/usr/bin/time %M; rank 3 the server) | sum of the 4, MB | node Pss peak, MB | samples/s |")
     print("| --- | --- | --- | --- | --- |")
     for e in results:
@@ -368,9 +372,7 @@ def main():
         results.append(entry)
     out = {"date": time.strftime("%Y-%m-%d"), "repeats": args.repeats, "interval_seconds": args.interval,
            "results": results}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
 
     print("| variant | ranks | layout | nodes | per rank VmHWM, MB (median) | sum of VmHWM, MB | node Pss peak, MB | samples/s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

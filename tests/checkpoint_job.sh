@@ -8,7 +8,7 @@ work=$3
 sync=${4:-bsp}
 rm -rf "$work" && mkdir -p "$work" || exit 1
 ranks=$(basename "$program" | cut -c1-15)  # the rank processes' name, as pgrep -x sees it
-common="--servers 1 --epochs 2 --train-samples 30000 --checkpoint-every 100clocks --sync $sync"
+common="--servers 1 --epochs 2 --train-samples ${train_samples:-30000} --checkpoint-every 100clocks --sync $sync"
 fail() {
   echo "FAILED: $*"
   [ -n "${job:-}" ] && kill -KILL "$job" 2> /dev/null

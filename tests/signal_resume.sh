@@ -5,6 +5,9 @@
 # left alone, an ssp or async one within 0.02 of it (their updates depend on timing).
 #   signal_resume.sh MPIEXEC PROGRAM WORKDIR [SYNC]
 set -u
+# 469 clocks in all: the signal comes right after the first checkpoint (clock 100), so half of
+# kill_resume's samples leave plenty to stop, and the three runs cost half as much.
+train_samples=15000
 . "$(dirname "$0")/checkpoint_job.sh"
 
 "$mpiexec" -iface lo -n 3 "$program" $common --report "$work/whole.json" > "$work/whole.out" 2>&1 ||
