@@ -11,8 +11,8 @@
 #      without a GPU reports "no GPU: skipped" for every run.
 # The limits of check.sh are multiplied by HPCPS_GPU_SCALE (default 4: 2 cores against 16; the
 # build's 300 s become 1200 s, where 2 cores took 290 s idle and 520-890 s shared on 2026-12-02).
-# ctest runs it as gpu_rehearsal (WORK: the build folder's gpu-rehearsal/; leave it out with
-# `ctest -LE gpu_rehearsal`).
+# ctest runs it as gpu_rehearsal (WORK: the build folder's gpu-rehearsal/), labelled ci: CI's own
+# stage runs it (scripts/setup ci, ctest --preset ci); ctest --preset release leaves it out.
 #
 #   bench/gpu/rehearse.sh [WORK]     (default /tmp/gpu-rehearsal; HPCPS_GPU_JOBS, default 2;
 #                                     HPCPS_GPU_KEEP_BUILD=1 rebuilds WORK's earlier build incrementally)
