@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -161,6 +162,41 @@ TEST_CASE("a network with dropout resumes to the same bits, at an epoch end and 
       CHECK(at_end == whole);
       CHECK(mid_epoch == whole);
       CHECK(part != whole);
+    }
+  }
+  remove_folders(world);
+}
+
+TEST_CASE("a network with batch normalization resumes to the same bits, running moments included", "[checkpoint]") {
+  using BnNet = hpcps::nn::Sequential<hpcps::nn::Dense, hpcps::nn::BatchNorm1d, hpcps::nn::Relu, hpcps::nn::Dense>;
+  using BnPs = hpcps::ParameterServer<BnNet, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const BnNet net(hpcps::nn::Shape{12, 1, 1}, {{16}, {}, {}, {4}});
+  const auto train = [&](int servers, const hpcps::ps::TrainOptions& t, const std::string& resume) {
+    BnPs ps(world, net, hpcps::backend::Cpu(1), options<BnPs>(servers, resume), {}, momentum);
+    const auto report = hpcps::ps::train(ps, train_set(), &test_set(), t);
+    return std::make_pair(world.rank() == 0 ? ps.worker().parameters() : std::vector<float>{}, report.test_accuracy);
+  };
+  const auto slot = net.state_slots().front();
+  for (const int servers : layouts(world.size())) {
+    INFO("servers " << servers);
+    const std::string folder = fresh_folder(world, "batch-norm");
+    const auto whole = train(servers, train_options(2), {});
+    auto first = train_options(1);
+    first.checkpoint = folder;
+    first.checkpoint_every = hpcps::ps::parse_checkpoint_interval("5clocks");
+    first.checkpoint_keep = 3;
+    const auto part = train(servers, first, {});
+    const auto mid_epoch =
+        train(servers, train_options(2), (fs::path(folder) / hpcps::checkpoint::checkpoint_name(5)).string());
+    if (world.rank() == 0) {
+      CHECK(mid_epoch.first == whole.first);
+      CHECK(mid_epoch.second == whole.second);  // evaluated with the same running moments
+      CHECK(part.first != whole.first);
+      // The running moments moved from their initial values (0, then 1) and were carried over.
+      CHECK(whole.first[slot.begin] != 0.0f);
+      CHECK(whole.first[slot.begin + slot.size - 1] != 1.0f);
     }
   }
   remove_folders(world);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -133,6 +134,100 @@ TEST_CASE("W workers with batch b reproduce one worker with batch W*b", "[ps][mp
     SECTION("mlp, pieces of " + std::to_string(piece)) { check_equivalence(Net({12, 10, 7, 3}), piece); }
     SECTION("softmax regression, pieces of " + std::to_string(piece)) {
       check_equivalence(hpcps::nn::SoftmaxRegression(12, 3), piece);
+    }
+  }
+}
+
+namespace {
+
+using BnNet = hpcps::nn::Sequential<hpcps::nn::Conv2d, hpcps::nn::BatchNorm2d, hpcps::nn::Relu, hpcps::nn::Flatten,
+                                    hpcps::nn::Dense, hpcps::nn::BatchNorm1d, hpcps::nn::Tanh, hpcps::nn::Dense>;
+
+// What synchronous training of a network with batch normalization computes, in one process: each
+// of W workers normalises its own block of b samples (its own batch statistics, as in PyTorch DDP),
+// the gradients and pushed moments are summed in rank order, and the server steps the parameters
+// with SGD and moves each running moment toward the global batch's mean
+// (nn/state_slots.hpp).
+std::vector<float> workers_with_state(const BnNet& net, const hpcps::data::Dataset& d, std::size_t workers,
+                                      std::size_t b, std::size_t steps, float lr, std::uint64_t seed) {
+  const hpcps::backend::Cpu backend(1);
+  std::vector<float> params(net.parameter_count()), grad(net.parameter_count()), sum(net.parameter_count());
+  net.initialize(params.data(), seed);
+  auto ws = net.make_workspace(backend, b);
+  std::vector<char> state(params.size(), 0);
+  std::vector<float> momentum(params.size(), 0.0f);
+  for (const auto& s : net.state_slots()) {
+    for (std::size_t i = s.begin; i < s.begin + s.size; ++i) state[i] = 1, momentum[i] = s.momentum;
+  }
+  for (std::size_t t = 0; t < steps; ++t) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (std::size_t w = 0; w < workers; ++w) {
+      const std::size_t first = (t * workers + w) * b;
+      net.gradient(backend, ws, params.data(), d.images.data() + first * d.features, d.labels.data() + first, b,
+                   grad.data());
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += grad[i];
+    }
+    const float scale = 1.0f / static_cast<float>(workers * b);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (state[i]) {
+        params[i] += momentum[i] * (sum[i] * scale - params[i]);
+      } else {
+        params[i] -= lr * (sum[i] * scale);
+      }
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("batch normalization on the parameter server: running moments averaged on every layout", "[ps][mpi]") {
+  using BnPs = hpcps::ParameterServer<BnNet, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
+  static_assert(std::is_same_v<BnPs::server_rule_type, hpcps::optim::RunningStatistics<hpcps::optim::StandardSgd>>);
+  static_assert(std::is_same_v<Ps::server_rule_type, hpcps::optim::StandardSgd>);
+  const BnNet net(hpcps::nn::Shape{1, 4, 4}, {{3, 3, 1}, {}, {}, {}, {8}, {}, {}, {3}});
+  const auto world = hpcps::comm::Communicator::world();
+  const float lr = 0.2f;
+  const std::size_t b = 4, steps = 5;
+  // Pieces of 7 floats cut the state ranges, so the rule meets them split across pieces and shards.
+  for (const std::size_t piece : {hpcps::ps::Layout::default_piece_floats, std::size_t{7}}) {
+    for (int servers = 0; servers < world.size(); ++servers) {
+      const int workers = servers == 0 ? world.size() : world.size() - servers;
+      const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), net.input_size(), net.output_size(), 13);
+      BnPs::Options options;
+      options.servers = servers;
+      options.max_batch = b;
+      options.seed = 3;
+      options.piece_floats = piece;
+      BnPs ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
+      std::vector<float> trained;
+      if (ps.is_worker()) {
+        auto& worker = ps.worker();
+        worker.start();
+        for (std::size_t t = 0; t < steps; ++t) {
+          const std::size_t first = (t * static_cast<std::size_t>(workers) + static_cast<std::size_t>(ps.worker_index())) * b;
+          worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
+        }
+        worker.finish();
+        trained = worker.parameters();
+      } else {
+        ps.server().run();
+      }
+      if (ps.is_worker()) {
+        const auto reference = workers_with_state(net, data, static_cast<std::size_t>(workers), b, steps, lr, 3);
+        INFO("servers " << servers << ", workers " << workers << ", pieces of " << piece);
+        CHECK(max_relative_difference(trained, reference) < 1e-4);
+        // The running moments moved from their initial 0 and 1, toward the data's (inputs in [0, 1)).
+        std::vector<float> initial(net.parameter_count());
+        net.initialize(initial.data(), 3);
+        for (const auto& s : net.state_slots()) {
+          for (std::size_t i = s.begin; i < s.begin + s.size; ++i) CHECK(trained[i] != initial[i]);
+        }
+        // And they are not what the optimizer would have made of them: the rule replaced it.
+        const auto slot = net.state_slots().front();
+        CHECK(trained[slot.begin] > 0.0f);
+      }
+      world.barrier();
     }
   }
 }

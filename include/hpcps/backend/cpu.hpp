@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/detail/batch_norm_kernels.hpp"
 #include "hpcps/backend/detail/cpu_layer_kernels.hpp"
 #include "hpcps/backend/detail/dnnl_conv2d.hpp"
 #include "hpcps/backend/detail/dropout_hash.hpp"
@@ -200,6 +201,40 @@ class BasicCpu {
     for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = a[i] * b[i];
   }
 
+  // out = a + b elementwise; out may be a or b.
+  void add(const float* a, const float* b, std::size_t n, float* out) const {
+    const auto total = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for simd num_threads(threads_) if (parallel : threads_ > 1 && n > parallel_threshold)
+    for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = a[i] + b[i];
+  }
+
+  // Batch normalization over samples and pixels, channel by channel (nn::BatchNorm; the kernels
+  // in backend/detail/batch_norm_kernels.hpp, shared with the Thrust backend). Training: y, the
+  // channel's mean and 1 / sqrt(var + eps) for the backward pass, and its summed raw moments.
+  void batch_norm_train(const float* x, std::size_t count, std::size_t channels, std::size_t pixels,
+                        const float* gamma, const float* beta, float epsilon, float* y, float* mean, float* inv_std,
+                        float* moments) const {
+    over_channels(channels, count * pixels,
+                  detail::BatchNormTrainChannel{x, gamma, beta, y, mean, inv_std, moments, count, channels, pixels,
+                                                epsilon});
+  }
+  // Evaluation: normalised by the running moments `running` (E[x] per channel, then E[x^2]).
+  void batch_norm_infer(const float* x, std::size_t count, std::size_t channels, std::size_t pixels,
+                        const float* gamma, const float* beta, const float* running, float epsilon, float* y) const {
+    const detail::BatchNormInferElement element{x, gamma, beta, running, y, channels, pixels, epsilon};
+    const auto total = static_cast<std::ptrdiff_t>(count * channels * pixels);
+#pragma omp parallel for num_threads(threads_) if (threads_ > 1 && count * channels * pixels > parallel_threshold)
+    for (std::ptrdiff_t i = 0; i < total; ++i) element(static_cast<std::size_t>(i));
+  }
+  // dgamma, dbeta (overwritten) and dx unless null, from the training pass's mean and inv_std.
+  void batch_norm_backward(const float* x, const float* dy, std::size_t count, std::size_t channels,
+                           std::size_t pixels, const float* gamma, const float* mean, const float* inv_std, float* dx,
+                           float* dgamma, float* dbeta) const {
+    over_channels(channels, count * pixels,
+                  detail::BatchNormBackwardChannel{x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, count, channels,
+                                                   pixels});
+  }
+
   // mask[i] = 1/keep with probability keep, else 0, as a function of (seed, first + i) only.
   void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed, std::size_t first) const {
     const auto total = static_cast<std::ptrdiff_t>(n);
@@ -219,6 +254,13 @@ class BasicCpu {
     const auto total = static_cast<std::ptrdiff_t>(count);
 #pragma omp parallel for num_threads(threads_) if (threads_ > 1 && count > 1 && count * per_sample > parallel_threshold)
     for (std::ptrdiff_t n = 0; n < total; ++n) body(static_cast<std::size_t>(n));
+  }
+
+  template <class Body>
+  void over_channels(std::size_t channels, std::size_t per_channel, Body&& body) const {
+    const auto total = static_cast<std::ptrdiff_t>(channels);
+#pragma omp parallel for num_threads(threads_) if (threads_ > 1 && channels > 1 && channels * per_channel > parallel_threshold)
+    for (std::ptrdiff_t c = 0; c < total; ++c) body(static_cast<std::size_t>(c));
   }
 
   int threads_ = 1;

@@ -28,6 +28,7 @@
 #include "hpcps/nn/layers/activation_layer.hpp"
 #include "hpcps/nn/sample_position.hpp"
 #include "hpcps/nn/shape.hpp"
+#include "hpcps/nn/state_slots.hpp"
 
 namespace hpcps::nn {
 namespace detail {
@@ -135,8 +136,27 @@ class Sequential {
   // gives the same vector.
   void initialize(float* params, std::uint64_t seed) const {
     data::Rng rng(seed);
+    initialize(params, rng);
+  }
+  // The same from a generator already in use: a Sequential inside a layer (nn::Residual).
+  void initialize(float* params, data::Rng& rng) const {
     std::size_t i = 0;
     std::apply([&](const auto&... layer) { ((layer.initialize(params + offsets_[i++], rng)), ...); }, layers_);
+  }
+
+  // Where state sits in the parameter vector (nn/state_slots.hpp): every layer's, at its offset.
+  // Only where some layer has state, so a network without any is served without the check.
+  static constexpr bool has_state = (has_state_slots_v<layer_for_t<Layers>> || ...);
+  template <bool S = has_state, std::enable_if_t<S, int> = 0>
+  std::vector<StateSlots> state_slots() const {
+    std::vector<StateSlots> slots;
+    std::size_t i = 0;
+    std::apply(
+        [&](const auto&... layer) {
+          ((append_state(slots, layer, offsets_[i++])), ...);
+        },
+        layers_);
+    return slots;
   }
 
   template <class B>
@@ -188,8 +208,20 @@ class Sequential {
     float* delta = B::data(ws.delta_a);
     backend.copy(B::data(ws.activations.back()), count * output_size(), delta);
     const BatchStats stats = backend.softmax_cross_entropy(delta, y, count, output_size(), true);
-    backward(backend, ws, params, x, count, grad, delta, ready, std::make_index_sequence<layer_count>{});
+    backward(backend, ws, params, x, count, grad, delta, nullptr, first_trainable_, ready,
+             std::make_index_sequence<layer_count>{});
     return stats;
+  }
+
+  // Every layer's backward pass after forward(..., training = true) on the same x: grad = the
+  // parameters' gradient given dy = d(loss)/d(output), and dx = d(loss)/dx unless null. What a
+  // layer that holds a Sequential (nn::Residual) runs; dy must stay unchanged until it returns.
+  template <class B>
+  void backward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+                const float* dy, float* dx, float* grad) const {
+    const auto none = [](std::size_t) {};
+    const std::size_t lowest = dx != nullptr ? 0 : first_trainable_;
+    backward(backend, ws, params, x, count, grad, dy, dx, lowest, none, std::make_index_sequence<layer_count>{});
   }
 
   // Loss and accuracy over any number of samples, in workspace-sized chunks, layers in
@@ -222,6 +254,14 @@ class Sequential {
   template <class W>
   static void set_position(W& layer_ws, SamplePosition position) {
     if constexpr (has_position<W>::value) layer_ws.position = position;
+  }
+
+  template <class L>
+  static void append_state(std::vector<StateSlots>& slots, const L& layer, std::size_t offset) {
+    for (StateSlots s : state_slots_of(layer)) {
+      s.begin += offset;
+      slots.push_back(s);
+    }
   }
 
   // Layer I built from the shape before it; its error names its place in the list.
@@ -319,22 +359,26 @@ class Sequential {
     }
   }
 
-  // Layers from last to first; those below the first layer with parameters are skipped (their
-  // input gradient would reach nothing), and that layer gets dx = nullptr.
+  // Layers from last to first down to layer `lowest`, which writes its input gradient to dx_out
+  // (null: none). The network's own gradient stops at the first layer with parameters (the input
+  // gradients below it would reach nothing); a Sequential inside a layer may go down to layer 0.
   template <class B, class Ready, std::size_t... I>
   void backward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
-                float* grad, float* delta, Ready& ready, std::index_sequence<I...>) const {
-    (backward_layer<layer_count - 1 - I>(backend, ws, params, x, count, grad, delta, ready), ...);
+                float* grad, const float* delta, float* dx_out, std::size_t lowest, Ready& ready,
+                std::index_sequence<I...>) const {
+    (backward_layer<layer_count - 1 - I>(backend, ws, params, x, count, grad, delta, dx_out, lowest, ready), ...);
+    // A layer below `lowest` whose pass ran inside another's left its gradient in a scratch buffer.
+    if (dx_out != nullptr && delta != dx_out) backend.copy(delta, count * input_size(), dx_out);
   }
   template <std::size_t I, class B, class Ready>
   void backward_layer(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
-                      float* grad, float*& delta, Ready& ready) const {
-    if (I < first_trainable_) return;
+                      float* grad, const float*& delta, float* dx_out, std::size_t lowest, Ready& ready) const {
+    if (I < lowest) return;
     if constexpr (folds_previous<B, I + 1>()) return;  // layer I + 1 ran it
     if constexpr (runs_inside_another<B, I>()) return;  // delta passes on to that layer unchanged
     const auto& layer = std::get<I>(layers_);
-    float* dx = nullptr;
-    if (I != first_trainable_) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
+    float* dx = dx_out;
+    if (I != lowest) dx = delta == B::data(ws.delta_a) ? B::data(ws.delta_b) : B::data(ws.delta_a);
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     // A layer fused with the activation after it never stored its own output.
     const float* y = fused_forward<B, I>() ? nullptr : B::data(ws.activations[I]);

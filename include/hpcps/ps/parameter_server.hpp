@@ -18,7 +18,9 @@
 #include "hpcps/comm/communicator.hpp"
 #include "hpcps/comm/shared_window.hpp"
 #include "hpcps/nn/network_traits.hpp"
+#include "hpcps/nn/state_slots.hpp"
 #include "hpcps/optim/optimizer_traits.hpp"
+#include "hpcps/optim/running_statistics.hpp"
 #include "hpcps/optim/sgd.hpp"
 #include "hpcps/optim/state_arrays.hpp"
 #include "hpcps/ps/composition.hpp"
@@ -61,7 +63,11 @@ class ParameterServer {
   using sync_type = Sync;
   using optimizer_type = Optimizer;
   using worker_type = ps::Worker<Network, Backend>;
-  using server_type = ps::Server<Sync, Optimizer>;
+  // A network with state (batch normalization's running moments, nn/state_slots.hpp) is served by
+  // the rule that averages the state and steps the rest with Optimizer.
+  static constexpr bool network_has_state = nn::has_state_slots_v<Network>;
+  using server_rule_type = std::conditional_t<network_has_state, optim::RunningStatistics<Optimizer>, Optimizer>;
+  using server_type = ps::Server<Sync, server_rule_type>;
 
   struct Options {
     int servers = 1;             // 0: colocated, every rank a worker and the server of its shard
@@ -148,7 +154,8 @@ class ParameterServer {
       network.initialize(initial.data(), options.seed);
       if (resumed_) std::copy(resumed_->parameters.begin(), resumed_->parameters.end(), initial.begin() + shard->begin);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
-                                              sync, optimizer, options.wire, options.pull_wire);
+                                              sync, server_rule(network, *shard, optimizer), options.wire,
+                                              options.pull_wire);
       if (resumed_) restore_server_state();
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
@@ -280,6 +287,21 @@ class ParameterServer {
       throw;
     }
     return own;
+  }
+
+  // The network's state slots within `shard`, for the rule that averages them.
+  static server_rule_type server_rule(const Network& network, data::Range shard, const Optimizer& optimizer) {
+    if constexpr (network_has_state) {
+      std::vector<optim::StateRange> ranges;
+      for (const nn::StateSlots& s : network.state_slots()) {
+        const std::size_t lo = std::max(s.begin, shard.begin), hi = std::min(s.begin + s.size, shard.end);
+        if (lo < hi) ranges.push_back({lo - shard.begin, hi - shard.begin, s.momentum});
+      }
+      return server_rule_type(optimizer, std::move(ranges));
+    } else {
+      (void)network, (void)shard;
+      return optimizer;
+    }
   }
 
   void restore_server_state() {

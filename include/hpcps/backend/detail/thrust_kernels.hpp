@@ -270,6 +270,13 @@ struct Multiply {
   HPCPS_HOST_DEVICE void operator()(std::size_t i) const { out[i] = a[i] * b[i]; }
 };
 
+struct Add {
+  const float* a;
+  const float* b;
+  float* out;
+  HPCPS_HOST_DEVICE void operator()(std::size_t i) const { out[i] = a[i] + b[i]; }
+};
+
 struct DropoutMask {
   float* mask;
   float keep;

@@ -1,0 +1,250 @@
+// nn::Residual: y = body(x) + shortcut(x) as one layer; its gradient (inputs and parameters)
+// against central finite differences with the identity and a convolution shortcut, batch
+// normalization inside, a whole small ResNet's gradient, shapes and their errors, the state slots
+// of nested blocks, and the backends against backend::Cpu.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hpcps/backend/cpu.hpp"
+#include "hpcps/data/random.hpp"
+#include "hpcps/nn/layers.hpp"
+#include "hpcps/nn/network_traits.hpp"
+#if defined(HPCPS_TEST_THRUST)
+#include "hpcps/backend/thrust.hpp"
+#endif
+
+#include "layer_equivalence.hpp"
+
+namespace nn = hpcps::nn;
+using hpcps::backend::Cpu;
+using hpcps_test::draw_layer_data;
+using hpcps_test::Inputs;
+using hpcps_test::LayerData;
+using hpcps_test::LayerResult;
+using hpcps_test::run_layer;
+using nn::Shape;
+
+// The blocks of docs/layers.md#residual-blocks.
+using Block = nn::Residual<nn::Sequential<nn::Conv2d, nn::BatchNorm2d, nn::Relu, nn::Conv2d, nn::BatchNorm2d>>;
+using Down = nn::Residual<nn::Sequential<nn::Conv2d, nn::BatchNorm2d, nn::Relu, nn::Conv2d, nn::BatchNorm2d>,
+                          nn::Sequential<nn::Conv2d, nn::BatchNorm2d>>;
+// Smooth ones for finite differences: no kink within a step of any value.
+using SmoothBlock = nn::Residual<nn::Sequential<nn::Conv2d, nn::Tanh, nn::Conv2d>>;
+using SmoothDown = nn::Residual<nn::Sequential<nn::Conv2d, nn::Tanh, nn::Conv2d>, nn::Sequential<nn::Conv2d>>;
+using SmoothBnBody = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, nn::Tanh, nn::Conv2d, nn::BatchNorm2d>;
+using SmoothBnBlock = nn::Residual<SmoothBnBody>;
+using SmoothBnDown = nn::Residual<SmoothBnBody, nn::Sequential<nn::Conv2d, nn::BatchNorm2d>>;
+
+static_assert(nn::is_layer_v<Block> && nn::is_layer_for_v<Block, Cpu> && nn::is_layer_for_v<Down, Cpu>);
+static_assert(nn::has_state_slots_v<Block> && !nn::has_state_slots_v<SmoothBlock>);
+using SmallResNet = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, nn::Relu, Block, nn::Relu, Down, nn::Relu,
+                                   nn::AvgPool2d, nn::Flatten, nn::Dense>;
+static_assert(nn::is_network_for_v<SmallResNet, Cpu> && nn::has_state_slots_v<SmallResNet>);
+
+namespace {
+
+const Block::Config block_config{{{4, 3, 1}, {}, {}, {4, 3, 1}, {}}};
+const Down::Config down_config{{{6, 3, 1, 2}, {}, {}, {6, 3, 1}, {}}, {{6, 1, 0, 2}, {}}};
+
+SmallResNet small_resnet() {
+  return SmallResNet(Shape{2, 8, 8}, {{4, 3, 1}, {}, {}, block_config, {}, down_config, {}, {4}, {}, {3}});
+}
+
+// loss = sum_i dy_i * y_i of the layer's training pass, in double.
+template <class L>
+double probe_loss(const L& layer, Shape in, std::size_t count, const LayerData& d) {
+  const LayerResult r = run_layer(layer, Cpu(1), in, count, d, false);
+  double loss = 0.0;
+  for (std::size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(d.dy[i]) * r.y[i];
+  return loss;
+}
+
+bool in_state(const std::vector<nn::StateSlots>& slots, std::size_t i) {
+  return std::any_of(slots.begin(), slots.end(), [&](const nn::StateSlots& s) { return i >= s.begin && i < s.begin + s.size; });
+}
+
+// Largest |analytic - numeric| / max(1, |numeric|) over (a sample of) the parameters outside the
+// state and the inputs; `checked` counts the coordinates.
+template <class L>
+double layer_finite_difference_error(const L& layer, Shape in, std::size_t count, std::uint64_t seed,
+                                     std::size_t& checked) {
+  LayerData d = draw_layer_data(layer, in, count, Inputs::normal, seed);
+  const LayerResult analytic = run_layer(layer, Cpu(1), in, count, d);
+  const std::vector<nn::StateSlots> slots = nn::state_slots_of(layer);
+  const float h = 1e-2f;
+  double worst = 0.0;
+  const auto check = [&](std::vector<float>& values, const std::vector<float>& derivative, bool parameters) {
+    for (std::size_t i = 0; i < values.size(); i += 1 + values.size() / 80) {
+      if (parameters && in_state(slots, i)) continue;
+      const float saved = values[i];
+      values[i] = saved + h;
+      const double up = probe_loss(layer, in, count, d);
+      values[i] = saved - h;
+      const double down = probe_loss(layer, in, count, d);
+      values[i] = saved;
+      const double numeric = (up - down) / (2.0 * h);
+      worst = std::max(worst, std::abs(numeric - derivative[i]) / std::max(1.0, std::abs(numeric)));
+      ++checked;
+    }
+  };
+  check(d.params, analytic.grad, true);
+  check(d.x, analytic.dx, false);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("a residual block adds its body's output to its input", "[residual]") {
+  const Shape in{3, 5, 5};
+  using Body = nn::Sequential<nn::Conv2d, nn::Tanh, nn::Conv2d>;
+  const nn::Residual<Body> block(in, {{{3, 3, 1}, {}, {3, 3, 1}}});
+  const Body body(in, {{3, 3, 1}, {}, {3, 3, 1}});
+  CHECK(block.output_shape() == in);
+  CHECK(block.parameter_count() == body.parameter_count());
+  const std::size_t count = 4;
+  const LayerData d = draw_layer_data(block, in, count, Inputs::normal, 3);
+  const LayerResult r = run_layer(block, Cpu(1), in, count, d, false);
+  const Cpu cpu(1);
+  auto ws = body.make_workspace(cpu, count);
+  body.forward(cpu, ws, d.params.data(), d.x.data(), count, true);
+  const std::vector<float>& from_body = ws.activations.back();
+  for (std::size_t i = 0; i < r.y.size(); ++i) CHECK(r.y[i] == from_body[i] + d.x[i]);
+}
+
+TEST_CASE("a residual block's gradient matches central finite differences", "[residual]") {
+  std::size_t checked = 0;
+  for (std::uint64_t seed : {11u, 12u}) {
+    INFO("seed " << seed);
+    SECTION("identity shortcut") {
+      const Shape in{3, 5, 5};
+      CHECK(layer_finite_difference_error(SmoothBlock(in, {{{3, 3, 1}, {}, {3, 3, 1}}}), in, 3, seed, checked) < 1e-2);
+    }
+    SECTION("strided convolution shortcut") {
+      const Shape in{2, 6, 6};
+      const SmoothDown down(in, {{{4, 3, 1, 2}, {}, {4, 3, 1}}, {{4, 1, 0, 2}}});
+      CHECK(down.output_shape() == Shape{4, 3, 3});
+      CHECK(layer_finite_difference_error(down, in, 3, seed, checked) < 1e-2);
+    }
+    SECTION("batch normalization in both branches (training mode)") {
+      const Shape in{2, 6, 6};
+      const SmoothBnDown down(in, {{{3, 3, 1, 2}, {}, {}, {3, 3, 1}, {}}, {{3, 1, 0, 2}, {}}});
+      CHECK(layer_finite_difference_error(down, in, 4, seed, checked) < 1e-2);
+    }
+  }
+  CHECK(checked > 0);
+}
+
+TEST_CASE("a small ResNet's gradient matches central finite differences of its training loss", "[residual]") {
+  // Training mode throughout (batch statistics): the loss gradient() reports is the one it
+  // differentiates. The state slots have no derivative and are skipped. Tanh for ReLU: a batch
+  // normalization moves every value of a channel when one input moves, so some ReLU input would
+  // cross its kink within the step.
+  using SmoothResNet = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, nn::Tanh, SmoothBnBlock, nn::Tanh, SmoothBnDown,
+                                      nn::Tanh, nn::AvgPool2d, nn::Flatten, nn::Dense>;
+  const SmoothResNet net(Shape{2, 8, 8}, {{4, 3, 1}, {}, {}, {{{4, 3, 1}, {}, {}, {4, 3, 1}, {}}}, {},
+                                         {{{6, 3, 1, 2}, {}, {}, {6, 3, 1}, {}}, {{6, 1, 0, 2}, {}}}, {}, {4}, {}, {3}});
+  const std::size_t count = 4;
+  hpcps::data::Rng rng(7);
+  std::vector<float> params(net.parameter_count()), x(count * net.input_size()), grad(net.parameter_count()),
+      scratch(net.parameter_count());
+  std::vector<std::int32_t> y(count);
+  net.initialize(params.data(), 7);
+  for (float& p : params) p += 0.05f * hpcps::data::normal_float(rng);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+  const Cpu cpu(1);
+  auto ws = net.make_workspace(cpu, count);
+  net.gradient(cpu, ws, params.data(), x.data(), y.data(), count, grad.data());
+  const auto slots = net.state_slots();
+  const float h = 1e-2f;
+  double worst = 0.0;
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < params.size(); i += 1 + params.size() / 200) {
+    if (in_state(slots, i)) continue;
+    const float saved = params[i];
+    params[i] = saved + h;
+    const double up = net.gradient(cpu, ws, params.data(), x.data(), y.data(), count, scratch.data()).loss_sum;
+    params[i] = saved - h;
+    const double down = net.gradient(cpu, ws, params.data(), x.data(), y.data(), count, scratch.data()).loss_sum;
+    params[i] = saved;
+    const double numeric = (up - down) / (2.0 * h);
+    worst = std::max(worst, std::abs(numeric - grad[i]) / std::max(1.0, std::abs(numeric)));
+    ++checked;
+  }
+  CHECK(checked > 100);
+  CHECK(worst < 2e-2);
+}
+
+TEST_CASE("a residual block's shapes and their errors", "[residual]") {
+  const SmallResNet net = small_resnet();
+  CHECK(net.output_shape(3) == Shape{4, 8, 8});
+  CHECK(net.output_shape(5) == Shape{6, 4, 4});
+  CHECK(net.describe().find("residual 6x4x4") != std::string::npos);
+  // A body that changes the shape needs a shortcut that does too.
+  CHECK_THROWS_WITH((nn::Sequential<nn::Conv2d, Block>(Shape{1, 8, 8}, {{4, 3, 1}, {{{5, 3, 1}, {}, {}, {5, 3, 1}, {}}}})),
+                    Catch::Contains("layer 1 (residual), input 4x8x8") &&
+                        Catch::Contains("the body's output 5x8x8 differs from the shortcut's 4x8x8") &&
+                        Catch::Contains("give the block a shortcut chain"));
+  CHECK_THROWS_WITH(Down(Shape{2, 8, 8}, {{{4, 3, 1, 2}, {}, {}, {4, 3, 1}, {}}, {{4, 1, 0, 1}, {}}}),
+                    Catch::Contains("the body's output 4x4x4 differs from the shortcut's 4x8x8"));
+}
+
+TEST_CASE("nested blocks' state slots point at every batch normalization's running moments", "[residual]") {
+  const SmallResNet net = small_resnet();
+  std::vector<float> params(net.parameter_count(), -1.0f);
+  net.initialize(params.data(), 1);
+  const auto slots = net.state_slots();
+  // The stem's, two in the block, two in the down block's body and one in its shortcut.
+  REQUIRE(slots.size() == 6);
+  std::size_t previous_end = 0;
+  for (const nn::StateSlots& s : slots) {
+    INFO("slot at " << s.begin << ", " << s.size << " values");
+    CHECK(s.begin >= previous_end);
+    previous_end = s.begin + s.size;
+    // E[x] 0 for each channel, then E[x^2] 1: the initial running moments, and nothing else is.
+    for (std::size_t i = 0; i < s.size / 2; ++i) CHECK(params[s.begin + i] == 0.0f);
+    for (std::size_t i = s.size / 2; i < s.size; ++i) CHECK(params[s.begin + i] == 1.0f);
+    // Preceded by beta (0) and gamma (1).
+    CHECK(params[s.begin - 1] == 0.0f);
+    CHECK(params[s.begin - s.size / 2 - 1] == 1.0f);
+  }
+  CHECK(previous_end <= net.parameter_count());
+  CHECK(slots[0].begin == net.parameter_offset(1) + 8);  // the stem's batch norm: 4 channels
+}
+
+#if defined(HPCPS_TEST_THRUST)
+#define HPCPS_RESIDUAL_BACKENDS Cpu, hpcps::backend::CpuEigen, hpcps::backend::ThrustOmp
+#else
+#define HPCPS_RESIDUAL_BACKENDS Cpu, hpcps::backend::CpuEigen
+#endif
+
+TEMPLATE_TEST_CASE("backends agree with backend::Cpu on residual blocks", "[residual][backend]",
+                   HPCPS_RESIDUAL_BACKENDS) {
+  // Convolutions differ by summation order between backends (oneDNN, im2col + GEMM), and batch
+  // normalization divides by a standard deviation of order 1: differences stay at float rounding
+  // of values of order 1-10.
+  for (int threads : {1, 2}) {
+    const TestType backend(threads);
+    const Shape in{2, 6, 6};
+    const std::size_t count = 5;
+    const Down down(in, {{{3, 3, 1, 2}, {}, {}, {3, 3, 1}, {}}, {{3, 1, 0, 2}, {}}});
+    const LayerData d = draw_layer_data(down, in, count, Inputs::normal, 31);
+    const LayerResult reference = run_layer(down, Cpu(1), in, count, d);
+    const LayerResult got = run_layer(down, backend, in, count, d);
+    const auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+      double worst = 0.0;
+      for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
+      return worst;
+    };
+    INFO("threads " << threads);
+    CHECK(close(got.y, reference.y) < 1e-4);
+    CHECK(close(got.dx, reference.dx) < 1e-4);
+    CHECK(close(got.grad, reference.grad) < 1e-4);
+    CHECK(std::any_of(got.dx.begin(), got.dx.end(), [](float v) { return v != 0.0f; }));
+  }
+}
