@@ -80,6 +80,26 @@ LayerResult run_layer(const L& layer, const B& backend, hpcps::nn::Shape in, std
   return r;
 }
 
+// loss = sum_i dy_i * y_i of the layer's training pass on backend::Cpu, in double: d(loss)/d(anything)
+// is what backward computes from dy, so central differences of it check a layer's gradient.
+template <class L>
+double probe_loss(const L& layer, hpcps::nn::Shape in, std::size_t count, const LayerData& d) {
+  const LayerResult r = run_layer(layer, hpcps::backend::Cpu(1), in, count, d, false);
+  double loss = 0.0;
+  for (std::size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(d.dy[i]) * r.y[i];
+  return loss;
+}
+
+// max |a - b| / (1 + |b|): for layers that divide (batch normalization), where the sum-of-products
+// bound below does not apply; compared against a few float ulps of values of order 1-10.
+inline double worst_scaled_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / (1.0 + std::abs(static_cast<double>(b[i]))));
+  }
+  return worst;
+}
+
 // |got - reference| <= 2 n eps (|reference| + sum of |terms|) element by element: the worst-case
 // rounding of two n-term float sums in any order. The sum of |terms| is the same layer run on
 // |params|, |x| and |dy| (every layer here is a sum of products, a selection or an elementwise

@@ -29,6 +29,7 @@ using hpcps_test::draw_layer_data;
 using hpcps_test::Inputs;
 using hpcps_test::LayerData;
 using hpcps_test::LayerResult;
+using hpcps_test::probe_loss;
 using hpcps_test::run_layer;
 using nn::Shape;
 
@@ -68,13 +69,6 @@ LayerData shifted_data(const nn::BatchNorm& layer, Shape in, std::size_t count, 
   LayerData d = draw_layer_data(layer, in, count, Inputs::normal, seed);
   for (std::size_t i = 0; i < d.x.size(); ++i) d.x[i] = 3.0f * d.x[i] + 1.5f + static_cast<float>((i / in.pixels()) % in.channels);
   return d;
-}
-
-double probe_loss(const nn::BatchNorm& layer, Shape in, std::size_t count, const LayerData& d) {
-  const LayerResult r = run_layer(layer, Cpu(1), in, count, d, false);
-  double loss = 0.0;
-  for (std::size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(d.dy[i]) * r.y[i];
-  return loss;
 }
 
 // Largest |analytic - numeric| / max(1, |numeric|) over gamma, beta and the inputs (training mode).
@@ -214,16 +208,9 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on batch normalization", "[
       const LayerResult reference = run_layer(layer, Cpu(1), in, count, d);
       const LayerResult got = run_layer(layer, backend, in, count, d);
       INFO("threads " << threads << ", " << nn::to_string(in));
-      const auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
-        double worst = 0.0;
-        for (std::size_t i = 0; i < a.size(); ++i) {
-          worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
-        }
-        return worst;
-      };
-      CHECK(close(got.y, reference.y) < 1e-5);
-      CHECK(close(got.dx, reference.dx) < 1e-5);
-      CHECK(close(got.grad, reference.grad) < 1e-5);
+      CHECK(hpcps_test::worst_scaled_difference(got.y, reference.y) < 1e-5);
+      CHECK(hpcps_test::worst_scaled_difference(got.dx, reference.dx) < 1e-5);
+      CHECK(hpcps_test::worst_scaled_difference(got.grad, reference.grad) < 1e-5);
       // Evaluation mode too.
       auto ws = layer.make_workspace(backend, count);
       auto params = backend.make_buffer(d.params.size()), x = backend.make_buffer(d.x.size()),
@@ -236,7 +223,7 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on batch normalization", "[
       const Cpu cpu(1);
       auto cpu_ws = layer.make_workspace(cpu, count);
       layer.forward(cpu, cpu_ws, d.params.data(), d.x.data(), count, expected.data(), false);
-      CHECK(close(evaluated, expected) < 1e-5);
+      CHECK(hpcps_test::worst_scaled_difference(evaluated, expected) < 1e-5);
     }
   }
 }

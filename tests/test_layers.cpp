@@ -37,6 +37,7 @@ using hpcps_test::draw_layer_data;
 using hpcps_test::Inputs;
 using hpcps_test::LayerData;
 using hpcps_test::LayerResult;
+using hpcps_test::probe_loss;
 using hpcps_test::run_layer;
 using hpcps_test::worst_ratio;
 using hpcps::backend::CpuEigen;
@@ -106,15 +107,6 @@ namespace {
 std::uint64_t fresh_seed() {
   if (const char* s = std::getenv("HPCPS_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   return (static_cast<std::uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
-}
-
-// loss = sum_i dy_i * y_i in double, so d(loss)/d(anything) is what backward computes from dy.
-template <class L>
-double probe_loss(const L& layer, Shape in, std::size_t count, const LayerData& d) {
-  const LayerResult r = run_layer(layer, Cpu(1), in, count, d, false);
-  double loss = 0.0;
-  for (std::size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(d.dy[i]) * r.y[i];
-  return loss;
 }
 
 struct FiniteDifferenceErrors {

@@ -78,9 +78,43 @@ namespace {
 // The defining property of synchronous data parallelism, for any network type: W workers with
 // batch b produce the parameters of one worker with batch W*b over the same samples, for every
 // split of the ranks into workers and servers.
+// Synchronous SGD at rate lr for `steps` clocks on `servers` servers, worker w taking the w-th
+// b-sample block of each clock's global batch: the worker's parameters at the end (none on a rank
+// that only serves). The servers check that they applied every clock with every worker's push.
+template <class Network>
+std::vector<float> train_in_blocks(const hpcps::comm::Communicator& world, const Network& net, int servers,
+                                   std::size_t piece_floats, const hpcps::data::Dataset& data, std::size_t b,
+                                   std::size_t steps, float lr, std::uint64_t seed) {
+  using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
+  const int workers = servers == 0 ? world.size() : world.size() - servers;
+  typename Server::Options options;
+  options.servers = servers;
+  options.max_batch = b;
+  options.seed = seed;
+  options.piece_floats = piece_floats;
+  Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
+  std::vector<float> trained;
+  if (ps.is_worker()) {
+    auto& worker = ps.worker();
+    worker.start();
+    for (std::size_t t = 0; t < steps; ++t) {
+      const std::size_t first = (t * static_cast<std::size_t>(workers) + static_cast<std::size_t>(ps.worker_index())) * b;
+      worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
+    }
+    worker.finish();
+    trained = worker.parameters();
+  } else {
+    ps.server().run();
+  }
+  if (ps.is_server()) {
+    CHECK(ps.server().stats().updates == steps);
+    for (std::size_t pushes : ps.server().stats().pushes_per_worker) CHECK(pushes == steps);
+  }
+  return trained;
+}
+
 template <class Network>
 void check_equivalence(const Network& net, std::size_t piece_floats) {
-  using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
   const float lr = 0.5f;
   const std::size_t b = 4, steps = 6;
@@ -88,31 +122,8 @@ void check_equivalence(const Network& net, std::size_t piece_floats) {
   for (int servers = 0; servers < world.size(); ++servers) {
     const int workers = servers == 0 ? world.size() : world.size() - servers;
     const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), net.input_size(), net.output_size(), 77);
-    typename Server::Options options;
-    options.servers = servers;
-    options.max_batch = b;
-    options.seed = 5;
-    options.piece_floats = piece_floats;
-    Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
-    std::vector<float> trained;
-    if (ps.is_worker()) {
-      auto& worker = ps.worker();
-      worker.start();
-      for (std::size_t t = 0; t < steps; ++t) {
-        // Worker w takes the w-th b-sample block of the global batch of step t.
-        const std::size_t first = (t * static_cast<std::size_t>(workers) + static_cast<std::size_t>(ps.worker_index())) * b;
-        worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
-      }
-      worker.finish();
-      trained = worker.parameters();
-    } else {
-      ps.server().run();
-    }
-    if (ps.is_server()) {
-      CHECK(ps.server().stats().updates == steps);
-      for (std::size_t pushes : ps.server().stats().pushes_per_worker) CHECK(pushes == steps);
-    }
-    if (ps.is_worker()) {
+    const std::vector<float> trained = train_in_blocks(world, net, servers, piece_floats, data, b, steps, lr, 5);
+    if (!trained.empty()) {
       const auto reference = sequential_sgd(net, data, b * static_cast<std::size_t>(workers), steps, lr, 5);
       INFO(net.describe() << ", servers " << servers << ", workers " << workers << ", pieces of " << piece_floats);
       CHECK(max_relative_difference(trained, reference) < 1e-4);
@@ -194,26 +205,8 @@ TEST_CASE("batch normalization on the parameter server: running moments averaged
     for (int servers = 0; servers < world.size(); ++servers) {
       const int workers = servers == 0 ? world.size() : world.size() - servers;
       const auto data = synthetic(steps * b * static_cast<std::size_t>(workers), net.input_size(), net.output_size(), 13);
-      BnPs::Options options;
-      options.servers = servers;
-      options.max_batch = b;
-      options.seed = 3;
-      options.piece_floats = piece;
-      BnPs ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
-      std::vector<float> trained;
-      if (ps.is_worker()) {
-        auto& worker = ps.worker();
-        worker.start();
-        for (std::size_t t = 0; t < steps; ++t) {
-          const std::size_t first = (t * static_cast<std::size_t>(workers) + static_cast<std::size_t>(ps.worker_index())) * b;
-          worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
-        }
-        worker.finish();
-        trained = worker.parameters();
-      } else {
-        ps.server().run();
-      }
-      if (ps.is_worker()) {
+      const std::vector<float> trained = train_in_blocks(world, net, servers, piece, data, b, steps, lr, 3);
+      if (!trained.empty()) {
         const auto reference = workers_with_state(net, data, static_cast<std::size_t>(workers), b, steps, lr, 3);
         INFO("servers " << servers << ", workers " << workers << ", pieces of " << piece);
         CHECK(max_relative_difference(trained, reference) < 1e-4);

@@ -26,6 +26,7 @@ using hpcps_test::draw_layer_data;
 using hpcps_test::Inputs;
 using hpcps_test::LayerData;
 using hpcps_test::LayerResult;
+using hpcps_test::probe_loss;
 using hpcps_test::run_layer;
 using nn::Shape;
 
@@ -53,15 +54,6 @@ const Down::Config down_config{{{6, 3, 1, 2}, {}, {}, {6, 3, 1}, {}}, {{6, 1, 0,
 
 SmallResNet small_resnet() {
   return SmallResNet(Shape{2, 8, 8}, {{4, 3, 1}, {}, {}, block_config, {}, down_config, {}, {4}, {}, {3}});
-}
-
-// loss = sum_i dy_i * y_i of the layer's training pass, in double.
-template <class L>
-double probe_loss(const L& layer, Shape in, std::size_t count, const LayerData& d) {
-  const LayerResult r = run_layer(layer, Cpu(1), in, count, d, false);
-  double loss = 0.0;
-  for (std::size_t i = 0; i < r.y.size(); ++i) loss += static_cast<double>(d.dy[i]) * r.y[i];
-  return loss;
 }
 
 bool in_state(const std::vector<nn::StateSlots>& slots, std::size_t i) {
@@ -236,15 +228,10 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on residual blocks", "[resi
     const LayerData d = draw_layer_data(down, in, count, Inputs::normal, 31);
     const LayerResult reference = run_layer(down, Cpu(1), in, count, d);
     const LayerResult got = run_layer(down, backend, in, count, d);
-    const auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
-      double worst = 0.0;
-      for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(double(b[i]))));
-      return worst;
-    };
     INFO("threads " << threads);
-    CHECK(close(got.y, reference.y) < 1e-4);
-    CHECK(close(got.dx, reference.dx) < 1e-4);
-    CHECK(close(got.grad, reference.grad) < 1e-4);
+    CHECK(hpcps_test::worst_scaled_difference(got.y, reference.y) < 1e-4);
+    CHECK(hpcps_test::worst_scaled_difference(got.dx, reference.dx) < 1e-4);
+    CHECK(hpcps_test::worst_scaled_difference(got.grad, reference.grad) < 1e-4);
     CHECK(std::any_of(got.dx.begin(), got.dx.end(), [](float v) { return v != 0.0f; }));
   }
 }
