@@ -219,6 +219,16 @@ inline std::optional<int> parse(CLI::App& app, Config& cfg, int argc, char** arg
 // need a rank that only serves.
 inline int servers_for(const Config& cfg) { return cfg.servers ? *cfg.servers : (cfg.sync == "bsp" ? 0 : 1); }
 
+// The shape of one training image, for a convolutional network; an error where the data set has
+// no height x width layout.
+inline hpcps::nn::Shape image_shape(const Config& cfg, const hpcps::data::TrainTest& data) {
+  if (!data.train.has_layout() || data.train.height * data.train.width <= 1) {
+    throw hpcps::Error(fmt::format("{}: the training images have no height x width layout (features {}): a "
+                                   "convolutional network needs images", cfg.data, data.train.features));
+  }
+  return hpcps::nn::Shape{data.train.channels, data.train.height, data.train.width};
+}
+
 // A --backend this program was not built with: one sentence that says where it is.
 inline std::string backend_problem(const Config& cfg) {
   if (cfg.backend == "cuda") {

@@ -28,11 +28,7 @@ int run(const Config& cfg, const CnnConfig& cnn) {
   const auto world = hpcps::comm::Communicator::world();
   hpcps::data::TrainTest data;
   if (const auto stop = prepare(world, cfg, data)) return *stop;
-  if (!data.train.has_layout() || data.train.height * data.train.width <= 1) {
-    throw hpcps::Error(fmt::format("{}: the training images have no height x width layout (features {}): a "
-                                   "convolutional network needs images", cfg.data, data.train.features));
-  }
-  const nn::Shape input{data.train.channels, data.train.height, data.train.width};
+  const nn::Shape input = image_shape(cfg, data);
   const Network network(input, {{cnn.width, 5, 2}, {}, {2}, {2 * cnn.width, 5, 2}, {}, {2}, {}, {cnn.dense}, {},
                                 {cnn.dropout, cfg.seed}, {data.train.classes}});
   const int servers = servers_for(cfg);

@@ -24,11 +24,7 @@ int run(const Config& cfg, std::size_t width) {
   const auto world = hpcps::comm::Communicator::world();
   hpcps::data::TrainTest data;
   if (const auto stop = prepare(world, cfg, data)) return *stop;
-  if (!data.train.has_layout() || data.train.height * data.train.width <= 1) {
-    throw hpcps::Error(fmt::format("{}: the training images have no height x width layout (features {}): a "
-                                   "convolutional network needs images", cfg.data, data.train.features));
-  }
-  const nn::Shape input{data.train.channels, data.train.height, data.train.width};
+  const nn::Shape input = image_shape(cfg, data);
   const std::size_t w = width;
   const resnet::Block::Config b1{{{w, 3, 1}, {}, {}, {w, 3, 1}, {}}}, b2{{{2 * w, 3, 1}, {}, {}, {2 * w, 3, 1}, {}}},
       b3{{{4 * w, 3, 1}, {}, {}, {4 * w, 3, 1}, {}}};
