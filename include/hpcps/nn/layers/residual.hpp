@@ -11,8 +11,6 @@
 // The ReLU after the addition is the next layer of the enclosing network. Parameters: the body's,
 // then the shortcut's; their state slots (batch normalization's) are the block's.
 #include <cstddef>
-#include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -100,16 +98,6 @@ class Residual {
     return slots;
   }
   const Body& body() const { return body_; }
-  // "residual[conv2d 16x28x28 -> ... | identity]"
-  std::string describe() const {
-    std::string text = body_.describe();
-    if constexpr (identity) {
-      return text + " + identity";
-    } else {
-      return text + " + " + shortcut_.describe();
-    }
-  }
-
   template <class B>
   struct Workspace {
     typename Body::template Workspace<B> body;
