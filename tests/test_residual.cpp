@@ -235,3 +235,28 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on residual blocks", "[resi
     CHECK(std::any_of(got.dx.begin(), got.dx.end(), [](float v) { return v != 0.0f; }));
   }
 }
+
+TEST_CASE("ps::train's sample position reaches a dropout layer inside a block", "[residual]") {
+  // The masks follow (seed, step, first sample) as for a dropout layer outside a block: the same
+  // position gives the same gradient, another step or another first sample another one.
+  using DropBlock = nn::Residual<nn::Sequential<nn::Conv2d, nn::Dropout, nn::Conv2d>>;
+  using Net = nn::Sequential<nn::Conv2d, DropBlock, nn::Flatten, nn::Dense>;
+  const Net net(Shape{1, 6, 6}, {{2, 3, 1}, {{{2, 3, 1}, {0.5f, 9}, {2, 3, 1}}}, {}, {3}});
+  const std::size_t count = 3;
+  hpcps::data::Rng rng(5);
+  std::vector<float> params(net.parameter_count()), x(count * net.input_size());
+  std::vector<std::int32_t> y{0, 1, 2};
+  net.initialize(params.data(), 5);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  const Cpu cpu(1);
+  const auto gradient_at = [&](nn::SamplePosition position) {
+    auto ws = net.make_workspace(cpu, count);  // fresh: no pass counted before
+    net.set_sample_position(ws, position);
+    std::vector<float> grad(net.parameter_count());
+    net.gradient(cpu, ws, params.data(), x.data(), y.data(), count, grad.data());
+    return grad;
+  };
+  CHECK(gradient_at({3, 8}) == gradient_at({3, 8}));
+  CHECK(gradient_at({3, 8}) != gradient_at({4, 8}));
+  CHECK(gradient_at({3, 8}) != gradient_at({3, 9}));
+}

@@ -181,10 +181,11 @@ class Sequential {
   }
 
   // Where the next gradient's samples sit in training, for every layer whose workspace has a
-  // `position` (nn::Dropout): the layer's random numbers then depend on it alone.
+  // `position` (nn::Dropout), and every layer that passes it on to chains of its own
+  // (nn::Residual): the layers' random numbers then depend on it alone.
   template <class B>
   void set_sample_position(Workspace<B>& ws, SamplePosition position) const {
-    std::apply([&](auto&... layer_ws) { (set_position(layer_ws, position), ...); }, ws.layers);
+    set_positions(ws, position, Indices{});
   }
 
   // grad := sum over the batch of d(cross-entropy)/d(params), in the backend's memory.
@@ -251,9 +252,17 @@ class Sequential {
   struct has_position : std::false_type {};
   template <class W>
   struct has_position<W, std::void_t<decltype(std::declval<W&>().position = SamplePosition{})>> : std::true_type {};
-  template <class W>
-  static void set_position(W& layer_ws, SamplePosition position) {
-    if constexpr (has_position<W>::value) layer_ws.position = position;
+  template <class B, std::size_t... I>
+  void set_positions(Workspace<B>& ws, SamplePosition position, std::index_sequence<I...>) const {
+    (set_position(std::get<I>(layers_), std::get<I>(ws.layers), position), ...);
+  }
+  template <class L, class W>
+  static void set_position(const L& layer, W& layer_ws, SamplePosition position) {
+    if constexpr (has_position<W>::value) {
+      layer_ws.position = position;
+    } else {
+      nn::set_sample_position(layer, layer_ws, position);
+    }
   }
 
   template <class L>

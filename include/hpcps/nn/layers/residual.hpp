@@ -19,6 +19,7 @@
 
 #include "hpcps/data/random.hpp"
 #include "hpcps/error.hpp"
+#include "hpcps/nn/sample_position.hpp"
 #include "hpcps/nn/sequential.hpp"
 #include "hpcps/nn/shape.hpp"
 #include "hpcps/nn/state_slots.hpp"
@@ -125,6 +126,13 @@ class Residual {
       shortcut_.forward(backend, ws.shortcut, params + body_.parameter_count(), x, count, training);
       backend.add(from_body, B::data(ws.shortcut.activations.back()), count * output_shape().size(), y);
     }
+  }
+
+  // ps::train's sample position, for a dropout layer inside either chain.
+  template <class B>
+  void set_sample_position(Workspace<B>& ws, SamplePosition position) const {
+    body_.set_sample_position(ws.body, position);
+    if constexpr (!identity) shortcut_.set_sample_position(ws.shortcut, position);
   }
 
   // dy reaches both branches whole; dx is the sum of their input gradients.
