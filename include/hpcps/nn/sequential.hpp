@@ -153,7 +153,7 @@ class Sequential {
     std::size_t i = 0;
     std::apply(
         [&](const auto&... layer) {
-          ((append_state(slots, layer, offsets_[i++])), ...);
+          ((append_state_slots(slots, layer, offsets_[i++])), ...);
         },
         layers_);
     return slots;
@@ -262,14 +262,6 @@ class Sequential {
       layer_ws.position = position;
     } else {
       nn::set_sample_position(layer, layer_ws, position);
-    }
-  }
-
-  template <class L>
-  static void append_state(std::vector<StateSlots>& slots, const L& layer, std::size_t offset) {
-    for (StateSlots s : state_slots_of(layer)) {
-      s.begin += offset;
-      slots.push_back(s);
     }
   }
 

@@ -41,4 +41,14 @@ std::vector<StateSlots> state_slots_of(const T& t) {
   }
 }
 
+// Appends part's state slots, moved to where part's parameters begin in its owner's: what a layer
+// or network made of parts (nn::Sequential, nn::Residual) reports as its own.
+template <class T>
+void append_state_slots(std::vector<StateSlots>& slots, const T& part, std::size_t offset) {
+  for (StateSlots s : state_slots_of(part)) {
+    s.begin += offset;
+    slots.push_back(s);
+  }
+}
+
 }  // namespace hpcps::nn

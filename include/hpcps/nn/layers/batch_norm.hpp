@@ -36,7 +36,6 @@ class BatchNorm {
   }
 
   Shape output_shape() const { return shape_; }
-  std::size_t channels() const { return shape_.channels; }
   std::size_t parameter_count() const { return 4 * shape_.channels; }
   // gamma 1, beta 0, E[x] 0, E[x^2] 1 (a variance of 1 until the first batch arrives).
   void initialize(float* params, data::Rng&) const {

@@ -90,12 +90,7 @@ class Residual {
   template <bool S = has_state, std::enable_if_t<S, int> = 0>
   std::vector<StateSlots> state_slots() const {
     std::vector<StateSlots> slots = state_slots_of(body_);
-    if constexpr (!identity) {
-      for (StateSlots s : state_slots_of(shortcut_)) {
-        s.begin += body_.parameter_count();
-        slots.push_back(s);
-      }
-    }
+    if constexpr (!identity) append_state_slots(slots, shortcut_, body_.parameter_count());
     return slots;
   }
   const Body& body() const { return body_; }
