@@ -51,6 +51,8 @@ struct Config {
   std::size_t evaluations_per_epoch = 1;
   bool evaluate = true;           // test-set evaluation on rank 0 (excluded from the training time)
   std::size_t train_samples = 0;  // train on the first N samples only; 0: all
+  std::size_t augment_shift = 0;  // random translation of training images by up to N pixels
+  bool augment_flip = false;      // random left-right mirror of training images
   std::string wire = "fp32";       // number format of pushed gradients: fp32, bf16, fp16
   std::string pull_wire = "fp32";  // number format of pulled parameters
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
@@ -137,6 +139,11 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--threads", cfg.threads, "Compute threads per worker rank")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--seed", cfg.seed, "Seed for initialisation and shuffling")->capture_default_str();
+  app.add_option("--augment-shift", cfg.augment_shift,
+                 "Shift each training image by a random -N..N pixels in each direction (0: off)")
+      ->capture_default_str()->check(CLI::Range(std::size_t{0}, std::size_t{64}));
+  app.add_option("--augment-flip", cfg.augment_flip, "Mirror each training image left-right with probability 1/2")
+      ->capture_default_str();
   app.add_option("--report", cfg.report, "Write a JSON summary to this file (rank 0; created before training)");
   app.add_option("--evaluations-per-epoch", cfg.evaluations_per_epoch,
                  "Test-set evaluations on rank 0 per epoch (time-to-accuracy curves in the report)")
@@ -519,6 +526,8 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   train_options.balance = cfg.balance == "speed" ? hpcps::ps::Balance::speed : hpcps::ps::Balance::none;
   train_options.backup_workers = cfg.backup_workers;
   train_options.data_order = cfg.data_per_node == "ranges" ? hpcps::ps::DataOrder::sharded : hpcps::ps::DataOrder::global;
+  train_options.augmentation = {p.data.train.channels, p.data.train.height, p.data.train.width, cfg.augment_shift,
+                                cfg.augment_flip, 0.0f};
   if (cfg.slow_worker >= 0 && cfg.slowdown > 1.0) {
     train_options.after_compute = [&cfg](int w, std::size_t clock, double seconds) {
       if (w == cfg.slow_worker && slow_at(clock, cfg.slow_period)) {
@@ -603,6 +612,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.field("shared_memory_requested", cfg.shared_memory).field("shared_data_requested", cfg.shared_data);
       json.field("data_per_node", cfg.data_per_node);
+      json.field("augment_shift", cfg.augment_shift).field("augment_flip", cfg.augment_flip);
       json.field("shared_memory", !ps.shared_memory_groups().empty());
       write_transport(json, ps);
       json.end_object();

@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   cfg.batch = 128;
   cfg.optimizer = "nesterov";
   cfg.weight_decay = 5e-4f;
+  // Without augmentation this network fits the training set (0.995) and stops near 0.935 on the
+  // test set; shifts of up to 2 pixels and mirrors keep it learning.
+  cfg.augment_shift = 2;
+  cfg.augment_flip = true;
   std::size_t width = 16;
   CLI::App app{"Train a ResNet on Fashion-MNIST with an hpcps parameter server (run under mpiexec)"};
   add_common_options(app, cfg);

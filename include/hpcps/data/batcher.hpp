@@ -4,7 +4,9 @@
 // only on (seed, epoch), so a run can be reproduced, or resumed at any batch, on any number of
 // workers, without saving any state. Rows are copied into buffers allocated once, so the training
 // loop never allocates and the pointers handed out stay valid (and equal) from batch to batch; a
-// Dataset of stored bytes is converted to floats in that copy (data/rows.hpp).
+// Dataset of stored bytes is converted to floats in that copy (data/rows.hpp), and an augmentation,
+// if set, transforms each row in place (data/augment.hpp).
+#include <hpcps/data/augment.hpp>
 #include <hpcps/data/dataset.hpp>
 #include <hpcps/data/random.hpp>
 #include <hpcps/data/rows.hpp>
@@ -17,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace hpcps::data {
@@ -90,6 +93,18 @@ class Batcher {
 
   BatchView batch(std::size_t index) { return part(index, Range{0, batch_count(index)}); }
 
+  // From the next batch on, each row is transformed by `a` with the draw of (seed, epoch, row), so
+  // the rows are augmented alike however the batches are split among workers. Throws if `a` does
+  // not fit the dataset's rows. An inactive Augmentation turns it off.
+  void set_augmentation(const Augmentation& a, std::uint64_t seed) {
+    if (const std::string problem = augmentation_problem(a, data_->features); !problem.empty()) {
+      throw hpcps::Error("Batcher: " + problem);
+    }
+    augmentation_ = a;
+    augmentation_seed_ = seed;
+    scratch_.resize(a.active() ? data_->features : 0);
+  }
+
   // Samples in batch `index`: batch_size(), or fewer in a last partial batch.
   std::size_t batch_count(std::size_t index) const {
     const std::size_t batches = batches_per_epoch();
@@ -111,6 +126,15 @@ class Batcher {
     const std::size_t first = index * batch_size_ + within.begin;
     const std::size_t count = within.size();
     stage_rows(*data_, order_.data() + first, count, inputs_.data(), labels_.data());
+    if (augmentation_.active()) {
+      const std::size_t features = data_->features;
+      for (std::size_t i = 0; i < count; ++i) {
+        float* row = inputs_.data() + i * features;
+        std::copy(row, row + features, scratch_.begin());
+        augment_image(augmentation_, augment_draw(augmentation_, augmentation_seed_, epoch_, order_[first + i]),
+                      scratch_.data(), row);
+      }
+    }
     return BatchView{inputs_.data(), labels_.data(), count};
   }
 
@@ -137,6 +161,9 @@ class Batcher {
   std::vector<std::size_t> order_;  // absolute row indices of the shard, in this epoch's order
   std::vector<float> inputs_;
   std::vector<std::int32_t> labels_;
+  Augmentation augmentation_;
+  std::uint64_t augmentation_seed_ = 0;
+  std::vector<float> scratch_;  // one row: the augmentation's source
 };
 
 }  // namespace hpcps::data

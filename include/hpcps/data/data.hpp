@@ -1,5 +1,6 @@
 #pragma once
 // Everything in hpcps::data: IDX reading, datasets, Fashion-MNIST, sharding, RNG and batching.
+#include <hpcps/data/augment.hpp>
 #include <hpcps/data/batcher.hpp>
 #include <hpcps/data/dataset.hpp>
 #include <hpcps/data/fashion_mnist.hpp>

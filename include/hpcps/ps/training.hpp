@@ -20,6 +20,7 @@
 #include <mpi.h>
 
 #include "hpcps/comm/communicator.hpp"
+#include "hpcps/data/augment.hpp"
 #include "hpcps/data/batcher.hpp"
 #include "hpcps/data/dataset.hpp"
 #include "hpcps/data/shard.hpp"
@@ -103,6 +104,10 @@ struct TrainOptions {
   // Not with a balanced split or drawn work (Balance::speed) nor with backup workers, which move
   // samples between workers.
   DataOrder data_order = DataOrder::global;
+  // Random shifts and mirrors of the training images (data/augment.hpp), drawn per (seed, epoch,
+  // sample), so they are the same on every layout and after a resume. The test set is not
+  // augmented. Inactive by default.
+  data::Augmentation augmentation;
 };
 
 struct EpochReport {
@@ -341,6 +346,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     } else {
       problem = detail::input_mismatch("training", train_set, worker.network());
       if (problem.empty() && test_set != nullptr) problem = detail::input_mismatch("test", *test_set, worker.network());
+      if (problem.empty()) problem = data::augmentation_problem(options.augmentation, train_set.features);
     }
     throw_if_any_rank(team, problem, "ps::train", "another worker rejected the options");
     // Sharded: this worker's rows in their own order, a batch of its part of the global batch; the
@@ -349,6 +355,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                                                     batch, data_order_seed(options.seed) + static_cast<std::uint64_t>(w) + 1)
                                     : data::Batcher(train_set, data::Range{0, train_set.count}, options.batch,
                                                     data_order_seed(options.seed));
+    batcher.set_augmentation(options.augmentation, options.seed);
     std::optional<SpeedBalancer> balancer;
     if (options.balance == Balance::speed && !drawing) {
       balancer.emplace(team, options.batch, ps.options().max_batch, start.clock);
