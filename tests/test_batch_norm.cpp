@@ -114,6 +114,25 @@ TEST_CASE("batch normalization: each channel comes out with mean beta and standa
   }
 }
 
+// The kernels gather E[x] and E[x^2] in one pass, in double, and take var = E[x^2] - E[x]^2: a
+// channel whose mean is 1000 standard deviations from zero must still come out normalised. 29
+// pixels: the kernels' 8 partial sums and a tail of 5.
+TEST_CASE("batch normalization keeps the variance of a channel far from zero", "[batch_norm]") {
+  const Shape in{2, 1, 29};
+  const std::size_t count = 9;
+  const nn::BatchNorm layer(in, {});
+  LayerData d = draw_layer_data(layer, in, count, Inputs::normal, 5);
+  for (float& v : d.x) v = 1000.0f + v;
+  const LayerResult r = run_layer(layer, Cpu(1), in, count, d, false);
+  const Moments m = moments_of(r.y, in, count);
+  for (std::size_t c = 0; c < in.channels; ++c) {
+    INFO("channel " << c);
+    const double gamma = d.params[c], beta = d.params[in.channels + c];
+    CHECK(m.mean[c] == Approx(beta).margin(1e-4));
+    CHECK(m.var[c] == Approx(gamma * gamma).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("batch normalization's gradient matches central finite differences", "[batch_norm]") {
   for (std::uint64_t seed : {11u, 12u}) {
     INFO("seed " << seed);
