@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""CNN training throughput, one process: hpcps against two PyTorch builds, and against the step's
-compute-bound ceiling.
+"""CNN and ResNet training throughput, one process: hpcps against two PyTorch builds, and against
+the step's compute-bound ceiling.
 
 Side by side in one run, on the same network (examples/fashion_mnist_cnn's: conv 5x5 --width
 channels pad 2, ReLU, max-pool 2, conv 5x5 2 x --width, ReLU, max-pool 2, dense 128, ReLU, dropout
@@ -20,12 +20,22 @@ every program; OPENBLAS_CORETYPE left as the machine sets it):
     layout conversions and copies cost nothing in it. Fraction of the ceiling = samples/s / ceiling
     samples/s.
 
+With --model resnet the network is examples/fashion_mnist_resnet's (stem, 3 stages of 2 residual
+blocks with batch normalization, --width channels in the first stage, global average pooling),
+trained with SGD Nesterov momentum 0.9, weight decay 5e-4 and a constant rate on both sides, and
+no data augmentation (its cost is not the step's). Its ceiling is batch / the seconds per step of
+oneDNN's convolution primitives, as ONEDNN_VERBOSE=1 reports them in a short run of the example
+itself (each pass and shape at its median time, times the number of times a step runs it); batch
+normalization, additions, activations, pooling and the dense layer cost nothing in it.
+
 Each repeat runs every program once, interleaved. Throughput of a training run is all its epochs'
 samples over their training seconds (evaluation excluded). The ratio to "the faster PyTorch" uses,
 per thread count, the PyTorch with the higher median. Prints a Markdown table (median and min-max
 over repeats), writes JSON (--out) and a bar plot next to it (.png).
 
     /usr/bin/python3 bench/peers/compare_pytorch_cnn.py --build build --repeats 5 --epochs 1
+    /usr/bin/python3 bench/peers/compare_pytorch_cnn.py --model resnet --width 16 --lr 0.1 \
+        --train-samples 12800 --out bench/results/compare_pytorch_resnet.json
 """
 import argparse
 import json
@@ -43,11 +53,24 @@ from compare_pytorch import bars_with_range, finish_thread_plot, run_epochs, sum
 DENSE_LAYERS = ("dense1", "dense2")
 
 
+# The ResNet example's update rule and no augmentation, on both sides.
+RESNET_PS_FLAGS = ["--optimizer", "nesterov", "--weight-decay", "5e-4", "--augment-shift", "0", "--augment-flip", "false"]
+RESNET_TORCH_FLAGS = ["--nesterov", "--weight-decay", "5e-4"]
+
+
+def ps_command(args, threads):
+    resnet = args.model == "resnet"
+    return [args.mpiexec, "-iface", "lo", "-n", "1",
+            os.path.join(args.build, "examples", "fashion_mnist_resnet" if resnet else "fashion_mnist_cnn"),
+            "--servers", "0", "--width", str(args.width), "--batch", str(args.batch), "--lr", str(args.lr),
+            "--momentum", "0.9", "--schedule", "constant", "--threads", str(threads)] + (
+                RESNET_PS_FLAGS if resnet else ["--optimizer", "momentum"])
+
+
 def run_ps(args, threads, report):
-    cmd = [args.mpiexec, "-iface", "lo", "-n", "1", os.path.join(args.build, "examples", "fashion_mnist_cnn"),
-           "--servers", "0", "--width", str(args.width), "--batch", str(args.batch), "--optimizer", "momentum",
-           "--lr", str(args.lr), "--momentum", "0.9", "--schedule", "constant", "--threads", str(threads),
-           "--epochs", str(args.epochs), "--report", report]
+    cmd = ps_command(args, threads) + ["--epochs", str(args.epochs), "--report", report]
+    if args.train_samples > 0:
+        cmd += ["--train-samples", str(args.train_samples)]
     subprocess.run(cmd, check=True, env=dict(thread_env(threads), MPIEXEC_TIMEOUT="1800"), stdout=subprocess.DEVNULL,
                    timeout=1900)
     with open(report) as f:
@@ -56,7 +79,29 @@ def run_ps(args, threads, report):
             "train_seconds": r["train_seconds"]}
 
 
+def run_resnet_ceiling(args, threads):
+    steps = 12
+    cmd = ps_command(args, threads) + ["--epochs", "1", "--train-samples", str(steps * args.batch), "--no-evaluation"]
+    log = subprocess.run(cmd, check=True, env=dict(thread_env(threads), ONEDNN_VERBOSE="1", MPIEXEC_TIMEOUT="600"),
+                         capture_output=True, text=True, timeout=700).stdout
+    times = {}
+    for line in log.splitlines():
+        fields = line.split(",")
+        if len(fields) < 7 or fields[1] != "exec" or fields[3] != "convolution":
+            continue
+        shape = next((x for x in fields if x.startswith("mb")), "")
+        times.setdefault((fields[5], shape), []).append(float(fields[-1]) / 1e3)
+    if not times:
+        raise SystemExit("compare_pytorch_cnn: ONEDNN_VERBOSE=1 printed no convolution of the step (not oneDNN?)")
+    # Several layers share a shape: a pass and shape runs len(v) / steps times a step.
+    conv = sum(statistics.median(v) * len(v) / steps for v in times.values())
+    return {"ceiling_samples_per_second": args.batch / conv, "convolution_primitive_seconds": conv,
+            "convolution_passes": sorted(f"{' '.join(k)} x{len(v) // steps}" for k, v in times.items())}
+
+
 def run_ceiling(args, threads):
+    if args.model == "resnet":
+        return run_resnet_ceiling(args, threads)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "cnn_step.json")
         cmd = [os.path.join(args.build, "bench", "cnn_step"), "--widths", str(args.width), "--batch", str(args.batch),
@@ -91,7 +136,7 @@ def torch_version(python):
                           text=True).stdout.strip()
 
 
-def plot(results, peers, path, width):
+def plot(results, peers, path, width, model):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -108,19 +153,23 @@ def plot(results, peers, path, width):
                 ax.annotate(f"{r['ratio_to_faster_pytorch']['median']:.2f}x\n"
                             f"{100 * r['ceiling_fraction']['median']:.0f}%",
                             (x, r["samples_per_second"]["hpcps"]["max"]), ha="center", va="bottom", fontsize=7)
-    finish_thread_plot(fig, ax, results, f"CNN (width {width}), batch 128, SGD momentum: hpcps vs PyTorch\n"
+    name = "ResNet" if model == "resnet" else "CNN"
+    finish_thread_plot(fig, ax, results, f"{name} (width {width}), batch 128, SGD momentum: hpcps vs PyTorch\n"
                        "labels: ratio to the faster PyTorch, fraction of the compute-bound ceiling",
                        1.25 * max(r["samples_per_second"]["ceiling"]["max"] for r in results), path)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=["cnn", "resnet"], default="cnn")
     p.add_argument("--build", default="build")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--width", type=int, default=32)
+    p.add_argument("--train-samples", type=int, default=0,
+                   help="each epoch on the first N training samples only, on both sides (0: all 60,000)")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--torch", default=None,
                    help="comma-separated Python interpreters, one per PyTorch build (default: /usr/bin/python3 and "
@@ -140,9 +189,11 @@ def main():
             for r in range(args.repeats):
                 runs["hpcps"].append(run_ps(args, threads, report))
                 for peer in peers:
-                    cmd = [peer["python"], os.path.join(HERE, "pytorch_mlp.py"), "--model", "cnn", "--width",
+                    cmd = [peer["python"], os.path.join(HERE, "pytorch_mlp.py"), "--model", args.model, "--width",
                            str(args.width), "--epochs", str(args.epochs), "--batch", str(args.batch), "--lr",
-                           str(args.lr), "--threads", str(threads)]
+                           str(args.lr), "--threads", str(threads)] + (
+                               RESNET_TORCH_FLAGS if args.model == "resnet" else []) + (
+                               ["--train-samples", str(args.train_samples)] if args.train_samples > 0 else [])
                     runs[peer["label"]].append(run_epochs(cmd, threads))
                 runs["ceiling"].append(run_ceiling(args, threads))
                 line = ", ".join(f"{k} {v[-1].get('samples_per_second', v[-1].get('ceiling_samples_per_second')):.0f}"
@@ -162,21 +213,25 @@ def main():
                 "final_test_accuracy": {k: summary([x["final_test_accuracy"] for x in v])
                                         for k, v in runs.items() if k != "ceiling"},
                 "runs": runs})
-    out = {"benchmark": "compare_pytorch_cnn", "width": args.width, "batch": args.batch, "epochs": args.epochs,
+    out = {"benchmark": "compare_pytorch_cnn", "model": args.model, "width": args.width, "batch": args.batch,
+           "epochs": args.epochs, "train_samples": args.train_samples or 60000,
            "repeats": args.repeats, "lr": args.lr, "momentum": 0.9, "peers": peers,
-           "flops_per_sample": results[0]["runs"]["ceiling"][0]["flops_per_sample"],
+           "flops_per_sample": results[0]["runs"]["ceiling"][0].get("flops_per_sample"),
            "ceiling": "batch / (oneDNN's convolution primitives' seconds per step as ONEDNN_VERBOSE=1 reports them in "
                       "bench/cnn_step, + forward + backward seconds of dense1 and dense2, each timed alone by "
-                      "bench/cnn_step in a replica of the step)",
+                      "bench/cnn_step in a replica of the step)" if args.model == "cnn" else
+                      "batch / oneDNN's convolution primitives' seconds per step, as ONEDNN_VERBOSE=1 reports them in "
+                      "a 12-step run of examples/fashion_mnist_resnet (median per pass and shape, times its count)",
            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "cpus": os.cpu_count(),
            "load_average_before": load_before, "load_average_after": os.getloadavg(), "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     png = os.path.splitext(args.out)[0] + ".png"
-    plot(results, peers, png, args.width)
+    plot(results, peers, png, args.width, args.model)
     f = lambda s, d=0: f"{s['median']:,.{d}f} ({s['min']:,.{d}f}-{s['max']:,.{d}f})"
-    print(f"CNN width {args.width}, {out['flops_per_sample']:,} FLOPs per sample; {args.repeats} repeats of "
+    flops = f", {out['flops_per_sample']:,} FLOPs per sample" if out["flops_per_sample"] else ""
+    print(f"{args.model} width {args.width}{flops}; {args.repeats} repeats of "
           f"{args.epochs} epoch(s), median (min-max)")
     head = " | ".join(f"PyTorch {peer['version']}" for peer in peers)
     print(f"| threads | hpcps PS (1 rank) | {head} | ratio to the faster PyTorch | ceiling | fraction of ceiling |")

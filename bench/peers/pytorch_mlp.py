@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The PyTorch peer: 784-256-128-10 (ReLU) on Fashion-MNIST, or with --model cnn the CNN of
-examples/fashion_mnist_cnn, SGD with momentum, the same batch and learning rate as
+examples/fashion_mnist_cnn, or with --model resnet the ResNet of examples/fashion_mnist_resnet, SGD
+with momentum (--nesterov, --weight-decay as the ResNet example uses them), the same batch and learning rate as
 bench/local_training, on a given number of threads. Prints one JSON line per
 epoch: training seconds (data already in memory as tensors), samples, test accuracy. Uses Debian's
 python3-torch: run with /usr/bin/python3.
@@ -37,15 +38,39 @@ def load(folder, prefix):
 def add_model_arguments(p):
     """The network, as hpcps's examples build it: --model mlp is fashion_mnist_mlp's 784-256-128-10
     (ReLU); --model cnn is fashion_mnist_cnn's conv(width, 5x5, pad 2)-relu-maxpool 2-conv(2 width)-
-    relu-maxpool 2-flatten-dense(dense)-relu-dropout-dense 10."""
-    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    p.add_argument("--width", type=int, default=32, help="cnn: channels of the first convolution")
+    relu-maxpool 2-flatten-dense(dense)-relu-dropout-dense 10; --model resnet is
+    fashion_mnist_resnet's stem and 3 stages of 2 residual blocks (width, 2 width, 4 width channels)."""
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet"], default="mlp")
+    p.add_argument("--width", type=int, default=32, help="cnn, resnet: channels of the first convolution")
     p.add_argument("--dense", type=int, default=128, help="cnn: units of the hidden dense layer")
     p.add_argument("--dropout", type=float, default=0.25, help="cnn: dropout rate before the last layer")
 
 
+class ResidualBlock(torch.nn.Module):
+    """conv 3x3 - bn - relu - conv 3x3 - bn, + shortcut(x), relu: nn::Residual's block with the ReLU
+    that follows it in the example; a 1x1 strided convolution + bn shortcut where it halves the size."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        nn = torch.nn
+        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout), nn.ReLU(),
+                                  nn.Conv2d(cout, cout, 3, 1, 1), nn.BatchNorm2d(cout))
+        self.shortcut = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, 0), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
 def build_model(args):
     nn = torch.nn
+    if args.model == "resnet":
+        w = args.width
+        return nn.Sequential(nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, w, 3, 1, 1), nn.BatchNorm2d(w), nn.ReLU(),
+                             ResidualBlock(w, w, 1), ResidualBlock(w, w, 1),
+                             ResidualBlock(w, 2 * w, 2), ResidualBlock(2 * w, 2 * w, 1),
+                             ResidualBlock(2 * w, 4 * w, 2), ResidualBlock(4 * w, 4 * w, 1),
+                             nn.AvgPool2d(7), nn.Flatten(), nn.Linear(4 * w, 10))
     if args.model == "mlp":
         return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
     w = args.width
@@ -71,6 +96,9 @@ def main():
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--train-samples", type=int, default=0, help="train on the first N samples only; 0: all")
+    p.add_argument("--nesterov", action="store_true", help="Nesterov momentum (the ResNet example's optimizer)")
+    p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--evaluations-per-epoch", type=int, default=0,
                    help="0: evaluate once per epoch, print epoch lines only (the default output)")
     p.add_argument("--target-accuracy", type=float, default=None,
@@ -80,9 +108,12 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     x, y = load(args.data, "train")
+    if args.train_samples > 0:
+        x, y = x[:args.train_samples], y[:args.train_samples]
     tx, ty = load(args.data, "t10k")
     model = build_model(args)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=args.nesterov,
+                          weight_decay=args.weight_decay)
     loss_fn = torch.nn.CrossEntropyLoss()
     clocks = (x.shape[0] + args.batch - 1) // args.batch
     at = evaluation_clocks(clocks, args.evaluations_per_epoch) if args.evaluations_per_epoch > 0 else {clocks}
@@ -103,7 +134,7 @@ def main():
                 continue
             seconds += time.perf_counter() - start
             train_seconds_now = train_seconds + seconds
-            model.eval()  # dropout off
+            model.eval()  # dropout off, batch normalization by its running statistics
             with torch.no_grad():
                 out = model(tx)
                 accuracy = (out.argmax(1) == ty).float().mean().item()
