@@ -202,6 +202,38 @@ TEST_CASE("a network with batch normalization resumes to the same bits, running 
   remove_folders(world);
 }
 
+// Augmented images are drawn per (seed, epoch, row), not from a stream a worker consumes, so a run
+// resumed mid-epoch sees the images the uninterrupted run saw.
+TEST_CASE("a run with data augmentation resumes mid-epoch to the same bits", "[checkpoint][augment]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  auto augmented = [](std::size_t epochs) {
+    auto t = train_options(epochs);
+    t.augmentation = {1, 3, 4, 1, true, 0.0f};  // the 12 features as a 3 x 4 image
+    return t;
+  };
+  const std::vector<int> servers_list = layouts(world.size());
+  for (std::size_t i = 0; i < std::min<std::size_t>(2, servers_list.size()); ++i) {
+    const int servers = servers_list[i];
+    INFO("servers " << servers);
+    const std::string folder = fresh_folder(world, "augment");
+    const Outcome whole = run<Ps>(world, servers, augmented(2), momentum);
+    const Outcome plain = run<Ps>(world, servers, train_options(2), momentum);
+    auto first = augmented(1);
+    first.checkpoint = folder;
+    first.checkpoint_every = hpcps::ps::parse_checkpoint_interval("5clocks");
+    first.checkpoint_keep = 3;  // clocks 5, 10 and 13
+    run<Ps>(world, servers, first, momentum);
+    const Outcome resumed = run<Ps>(world, servers, augmented(2), momentum,
+                                    (fs::path(folder) / hpcps::checkpoint::checkpoint_name(5)).string());
+    if (world.rank() == 0) {
+      CHECK(resumed.parameters == whole.parameters);
+      CHECK(plain.parameters != whole.parameters);  // the augmentation changed the training
+    }
+  }
+  remove_folders(world);
+}
+
 // Asynchronous and stale-synchronous ranks meet at the end of every epoch and every N clocks of a
 // clock interval: the workers stop pushing, the servers have applied every push, and the
 // checkpoint is written there. A resumed run continues from that clock with the servers' update

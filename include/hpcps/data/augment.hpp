@@ -63,7 +63,8 @@ inline AugmentDraw augment_draw(const Augmentation& a, std::uint64_t seed, std::
   const std::uint64_t bits = splitmix64(h);
   AugmentDraw d;
   const std::uint64_t span = 2 * a.shift + 1;
-  // Modulo bias is below 2^-58 for any shift a picture allows.
+  // Three parts of one hash: dy from all 64 bits, dx from bits 20-63, the mirror from bit 63 (the
+  // modulo bias is below span / 2^44).
   d.dy = static_cast<long>(bits % span) - static_cast<long>(a.shift);
   d.dx = static_cast<long>((bits >> 20) % span) - static_cast<long>(a.shift);
   d.flip = a.flip && ((bits >> 63) != 0);

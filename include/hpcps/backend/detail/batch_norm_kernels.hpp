@@ -1,5 +1,4 @@
 #pragma once
-
 // Batch normalization's kernels (nn::BatchNorm), NCHW samples, as functors over raw pointers that
 // both backends run: backend::BasicCpu over its OpenMP threads, backend::Thrust on its system. A
 // channel's statistics are one work item (its count x pixels values, summed in double, so the mean
