@@ -79,15 +79,40 @@ def run_ps(args, threads, report):
             "train_seconds": r["train_seconds"]}
 
 
+# The ResNet's memory-bound passes per training sample, by tensor shape (channels per width, side):
+# batch norm 8 passes (forward: 2 reads + 1 write; backward: 2 reads for the sums, 2 reads + 1
+# write for dx), ReLU 5 (read, write; read y and dy, write dx), residual addition 6 (read 2, write 1
+# each way). Stage 1: stem bn + 4 block bns, stem relu + 2 x 2 block relus, 2 additions; stages 2
+# and 3: 4 block bns + the shortcut's, 2 x 2 relus, 2 additions.
+RESNET_PASSES = [(1, 28, 8 * 5 + 5 * 5 + 6 * 2), (2, 14, 8 * 5 + 5 * 4 + 6 * 2), (4, 7, 8 * 5 + 5 * 4 + 6 * 2)]
+
+
+def resnet_stream_rates(args, threads):
+    """GB/s of backend::Cpu's batch-norm kernels at each stage's shape (bench/batch_norm_providers):
+    the model's rate for the memory-bound passes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bn.json")
+        subprocess.run([os.path.join(args.build, "bench", "batch_norm_providers"), "--batch", str(args.batch),
+                        "--threads", str(threads), "--repeats", "5", "--out", path], check=True,
+                       env=thread_env(threads), capture_output=True, timeout=600)
+        with open(path) as f:
+            rows = json.load(f)["results"]
+    return {r["size"]: r["gb_per_second_median"] for r in rows if r.get("method") == "hpcps"}
+
+
 def run_resnet_ceiling(args, threads):
     steps = 12
     cmd = ps_command(args, threads) + ["--epochs", "1", "--train-samples", str(steps * args.batch), "--no-evaluation"]
     log = subprocess.run(cmd, check=True, env=dict(thread_env(threads), ONEDNN_VERBOSE="1", MPIEXEC_TIMEOUT="600"),
                          capture_output=True, text=True, timeout=700).stdout
-    times = {}
+    times, reorder = {}, 0.0
     for line in log.splitlines():
         fields = line.split(",")
-        if len(fields) < 7 or fields[1] != "exec" or fields[3] != "convolution":
+        if len(fields) < 7 or fields[1] != "exec":
+            continue
+        if fields[3] == "reorder":
+            reorder += float(fields[-1]) / 1e3
+        if fields[3] != "convolution":
             continue
         shape = next((x for x in fields if x.startswith("mb")), "")
         times.setdefault((fields[5], shape), []).append(float(fields[-1]) / 1e3)
@@ -95,8 +120,17 @@ def run_resnet_ceiling(args, threads):
         raise SystemExit("compare_pytorch_cnn: ONEDNN_VERBOSE=1 printed no convolution of the step (not oneDNN?)")
     # Several layers share a shape: a pass and shape runs len(v) / steps times a step.
     conv = sum(statistics.median(v) * len(v) / steps for v in times.values())
+    # The analytic model of the step: the convolutions' and the layout conversions' measured time,
+    # plus the memory-bound passes' bytes at the rate the batch-norm kernels stream.
+    rates = resnet_stream_rates(args, threads)
+    stream = sum(passes * 4.0 * args.batch * k * args.width * side * side / (rates[side] * 1e9)
+                 for k, side, passes in RESNET_PASSES)
+    model = conv + reorder / steps + stream
     return {"ceiling_samples_per_second": args.batch / conv, "convolution_primitive_seconds": conv,
-            "convolution_passes": sorted(f"{' '.join(k)} x{len(v) // steps}" for k, v in times.items())}
+            "convolution_passes": sorted(f"{' '.join(k)} x{len(v) // steps}" for k, v in times.items()),
+            "model": {"samples_per_second": args.batch / model, "step_seconds": model, "convolution_seconds": conv,
+                      "reorder_seconds": reorder / steps, "memory_bound_seconds": stream,
+                      "stream_gb_per_second": rates}}
 
 
 def run_ceiling(args, threads):
@@ -210,6 +244,10 @@ def main():
                 "ratio_to": {peer["version"]: summary([o / t for o, t in zip(sps["hpcps"], sps[peer["label"]])])
                              for peer in peers},
                 "ceiling_fraction": summary([o / c for o, c in zip(sps["hpcps"], sps["ceiling"])]),
+                **({"model_samples_per_second": summary([x["model"]["samples_per_second"] for x in runs["ceiling"]]),
+                    "measured_over_model": summary([o / x["model"]["samples_per_second"]
+                                                    for o, x in zip(sps["hpcps"], runs["ceiling"])])}
+                   if args.model == "resnet" else {}),
                 "final_test_accuracy": {k: summary([x["final_test_accuracy"] for x in v])
                                         for k, v in runs.items() if k != "ceiling"},
                 "runs": runs})
@@ -241,6 +279,10 @@ def main():
         cols = " | ".join(f(s[peer["label"]]) for peer in peers)
         print(f"| {r['threads']} | {f(s['hpcps'])} | {cols} | {f(r['ratio_to_faster_pytorch'], 2)} | "
               f"{f(s['ceiling'])} | {f(r['ceiling_fraction'], 2)} |")
+    if args.model == "resnet":
+        print("| threads | model samples/s | measured / model |\n| --- | --- | --- |")
+        for r in results:
+            print(f"| {r['threads']} | {f(r['model_samples_per_second'])} | {f(r['measured_over_model'], 2)} |")
     print(f"wrote {args.out} and {png}")
 
 
