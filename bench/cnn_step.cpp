@@ -184,24 +184,17 @@ int main(int argc, char** argv) {
   std::size_t batch = 128;
   int repeats = 7;
   std::string out;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "option %s needs a value\n", argv[i]);
-      return 2;
-    }
-    const std::string value = argv[i + 1];
+  const bool parsed = hpcps_bench::parse_flag_pairs(argc, argv, [&](const std::string& flag, const std::string& value) {
     if (flag == "--widths") widths = hpcps_bench::parse_list(value);
     else if (flag == "--threads") threads = hpcps_bench::parse_list(value);
     else if (flag == "--batch") batch = std::stoul(value);
     else if (flag == "--repeats") repeats = std::atoi(value.c_str());
     else if (flag == "--methods") methods = hpcps_bench::split_list<std::string>(value, [](const std::string& s) { return s; });
     else if (flag == "--out") out = value;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
-      return 2;
-    }
-  }
+    else return false;
+    return true;
+  });
+  if (!parsed) return 2;
   if (repeats < 1 || batch < 1) {
     std::fprintf(stderr, "--repeats and --batch must be >= 1\n");
     return 2;

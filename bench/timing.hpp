@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,24 @@ inline std::vector<std::size_t> parse_list(const std::string& s) {
 
 inline std::vector<double> parse_doubles(const std::string& s) {
   return split_list<double>(s, [](const std::string& item) { return std::stod(item); });
+}
+
+// A command line of "--flag value" pairs: `set(flag, value)` stores the value and returns false
+// for a flag it does not know. Returns false, having said why on stderr, for an unknown flag or a
+// flag without its value.
+template <class Set>
+bool parse_flag_pairs(int argc, char** argv, Set&& set) {
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", argv[i]);
+      return false;
+    }
+    if (!set(std::string(argv[i]), std::string(argv[i + 1]))) {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace hpcps_bench
