@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
   Config cfg;
   cfg.program = "fashion_mnist_resnet";
   // The usual recipe for a ResNet with batch normalization: SGD with Nesterov momentum at 0.1,
-  // weight decay 5e-4, cosine decay, batch 128.
-  cfg.epochs = 15;
+  // weight decay 5e-4, cosine decay, batch 128. With the augmentation below, 15 epochs ended at
+  // 0.938 with the training accuracy still rising (0.947): it needs the longer schedule.
+  cfg.epochs = 20;
   cfg.batch = 128;
   cfg.optimizer = "nesterov";
   cfg.weight_decay = 5e-4f;
