@@ -188,7 +188,8 @@ def plot(results, peers, path, width, model):
                             f"{100 * r['ceiling_fraction']['median']:.0f}%",
                             (x, r["samples_per_second"]["hpcps"]["max"]), ha="center", va="bottom", fontsize=7)
     name = "ResNet" if model == "resnet" else "CNN"
-    finish_thread_plot(fig, ax, results, f"{name} (width {width}), batch 128, SGD momentum: hpcps vs PyTorch\n"
+    rule = "SGD Nesterov momentum" if model == "resnet" else "SGD momentum"
+    finish_thread_plot(fig, ax, results, f"{name} (width {width}), batch 128, {rule}: hpcps vs PyTorch\n"
                        "labels: ratio to the faster PyTorch, fraction of the compute-bound ceiling",
                        1.25 * max(r["samples_per_second"]["ceiling"]["max"] for r in results), path)
 
