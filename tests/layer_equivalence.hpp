@@ -3,6 +3,8 @@
 // bound derived from the arithmetic: |got - reference| <= 2 n eps (|reference| + sum of |terms|),
 // the sum of |terms| being the layer run on |params|, |x| and |dy|. Shared by test_layers.cpp
 // (host backends) and test_backends_cuda.cu (the CUDA backend); every_layer_case lists the cases.
+// And fused_against_plain: a network nn::Sequential fuses against the same one with Unfused
+// activations (test_layers.cpp, test_residual.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -175,6 +177,56 @@ void every_layer_case(Check&& check, std::size_t n) {
   check(nn::ActivationLayer<nn::Sigmoid>(Shape{3, 4, 4}, {}), Shape{3, 4, 4}, Inputs::normal, 1, n);
   check(nn::ActivationLayer<nn::Identity>(Shape{3, 4, 4}, {}), Shape{3, 4, 4}, Inputs::normal, 1, n);
   check(nn::Flatten(Shape{3, 4, 4}, {}), Shape{3, 4, 4}, Inputs::normal, 1, n);
+}
+
+// ---- Fusion: a network whose layers nn::Sequential fuses against the same layers apart ----------
+
+// The same activation as a layer nn::Sequential does not recognise, so nothing is fused with it.
+template <class Act>
+struct Unfused : hpcps::nn::ActivationLayer<Act> {
+  using hpcps::nn::ActivationLayer<Act>::ActivationLayer;
+};
+
+template <class Net, class B>
+std::vector<float> gradient_of(const Net& net, const B& backend, const std::vector<float>& params,
+                               const std::vector<float>& x, const std::vector<std::int32_t>& y, double& loss) {
+  auto ws = net.make_workspace(backend, y.size());
+  auto device_params = backend.make_buffer(params.size());
+  auto grad = backend.make_buffer(params.size());
+  backend.upload(params.data(), params.size(), B::data(device_params));
+  loss = net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), y.size(), B::data(grad)).loss_sum;
+  std::vector<float> host(params.size());
+  backend.download(B::data(grad), host.size(), host.data());
+  return host;
+}
+
+// The largest difference of the loss and the gradient, relative (absolute below 1e-3). Plain's
+// configs are given apart where their types differ from Fused's (a block with another body).
+template <class Fused, class Plain, class B>
+double fused_against_plain(const B& backend, hpcps::nn::Shape in, const typename Fused::Configs& configs,
+                           const typename Plain::Configs& plain_configs, std::uint64_t seed) {
+  const Fused fused(in, configs);
+  const Plain plain(in, plain_configs);
+  hpcps::data::Rng rng(seed);
+  std::vector<float> params(fused.parameter_count()), x(5 * fused.input_size());
+  std::vector<std::int32_t> y(5);
+  fused.initialize(params.data(), seed);
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, fused.output_size()));
+  double fused_loss = 0.0, plain_loss = 0.0;
+  const std::vector<float> a = gradient_of(fused, backend, params, x, y, fused_loss);
+  const std::vector<float> b = gradient_of(plain, backend, params, x, y, plain_loss);
+  double worst = std::abs(fused_loss - plain_loss) / std::max(1.0, std::abs(plain_loss));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max(1e-3, std::abs(static_cast<double>(b[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / scale);
+  }
+  return worst;
+}
+template <class Fused, class Plain, class B>
+double fused_against_plain(const B& backend, hpcps::nn::Shape in, const typename Fused::Configs& configs,
+                           std::uint64_t seed) {
+  return fused_against_plain<Fused, Plain>(backend, in, configs, configs, seed);
 }
 
 }  // namespace hpcps_test

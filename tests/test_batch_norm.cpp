@@ -1,7 +1,8 @@
 // nn::BatchNorm (2d and 1d) and the server's rule for its running moments: the normalisation, the
 // gradient against central finite differences, the pushed moments against a direct sum, the
 // moments of a batch split in two adding up to the whole batch's, evaluation by the running
-// moments, the backends against backend::Cpu, and optim::RunningStatistics piece by piece.
+// moments, the backends against backend::Cpu, the ReLU fused into the normalisation against the
+// two apart, and optim::RunningStatistics piece by piece.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -243,6 +244,58 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on batch normalization", "[
       auto cpu_ws = layer.make_workspace(cpu, count);
       layer.forward(cpu, cpu_ws, d.params.data(), d.x.data(), count, expected.data(), false);
       CHECK(hpcps_test::worst_scaled_difference(evaluated, expected) < 1e-5);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("batch normalization with the activation after it fused gives the floats of the two apart",
+                   "[batch_norm][backend]", HPCPS_BN_BACKENDS) {
+  // forward_activated / backward_activated (what nn::Sequential runs for BatchNorm2d, Relu) against
+  // forward, the activation layer's passes and backward. The backward pass works through a plane
+  // in chunks of 256 values: 17 x 19 has a plane of 323 (a chunk, then 64 values, then a 3-value
+  // tail of the 8 lanes), 28 x 28 three chunks and a part.
+  for (int threads : {1, 2}) {
+    const TestType backend(threads);
+    for (const Shape in : {Shape{3, 17, 19}, Shape{2, 28, 28}, Shape{3, 5, 4}, Shape{7, 1, 1}}) {
+      const std::size_t count = 3, n = count * in.size();
+      const nn::BatchNorm layer(in, {});
+      const LayerData d = shifted_data(layer, in, count, 23);
+      auto ws = layer.make_workspace(backend, count);
+      const auto buffer = [&](const std::vector<float>& host) {
+        auto b = backend.make_buffer(host.size());
+        backend.upload(host.data(), host.size(), TestType::data(b));
+        return b;
+      };
+      const auto host = [&](const auto& b, std::size_t size) {
+        std::vector<float> v(size);
+        backend.download(TestType::data(b), size, v.data());
+        return v;
+      };
+      auto params = buffer(d.params), x = buffer(d.x), dy = buffer(d.dy);
+      auto y = backend.make_buffer(n), activated = backend.make_buffer(n), g = backend.make_buffer(n),
+           dx = backend.make_buffer(n), grad = backend.make_buffer(d.params.size());
+      // Apart: normalise, ReLU, the ReLU's gradient, the normalisation's backward pass.
+      layer.forward(backend, ws, TestType::data(params), TestType::data(x), count, TestType::data(y), true);
+      backend.template activation<nn::Relu>(TestType::data(y), n, TestType::data(activated));
+      backend.template activation_gradient<nn::Relu>(TestType::data(dy), TestType::data(activated), n,
+                                                     TestType::data(g));
+      layer.backward(backend, ws, TestType::data(params), TestType::data(x), TestType::data(y), TestType::data(g),
+                     count, TestType::data(dx), TestType::data(grad));
+      const std::vector<float> y_apart = host(activated, n), dx_apart = host(dx, n),
+                               grad_apart = host(grad, d.params.size());
+      // Fused, with Act's output never read back (NaN in y).
+      layer.template forward_activated<nn::Relu>(backend, ws, TestType::data(params), TestType::data(x), count,
+                                                 TestType::data(activated), true);
+      const std::vector<float> y_fused = host(activated, n);
+      backend.upload(std::vector<float>(n, std::nanf("")).data(), n, TestType::data(y));
+      layer.template backward_activated<nn::Relu>(backend, ws, TestType::data(params), TestType::data(x),
+                                                  TestType::data(y), TestType::data(dy), count, TestType::data(dx),
+                                                  TestType::data(grad));
+      INFO("threads " << threads << ", " << nn::to_string(in));
+      CHECK(y_fused == y_apart);
+      CHECK(host(dx, n) == dx_apart);
+      CHECK(host(grad, d.params.size()) == grad_apart);
+      CHECK(std::count(y_apart.begin(), y_apart.end(), 0.0f) > static_cast<std::ptrdiff_t>(n / 4));  // the ReLU cut
     }
   }
 }

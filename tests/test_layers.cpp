@@ -34,11 +34,14 @@
 namespace nn = hpcps::nn;
 using hpcps::backend::Cpu;
 using hpcps_test::draw_layer_data;
+using hpcps_test::fused_against_plain;
+using hpcps_test::gradient_of;
 using hpcps_test::Inputs;
 using hpcps_test::LayerData;
 using hpcps_test::LayerResult;
 using hpcps_test::probe_loss;
 using hpcps_test::run_layer;
+using hpcps_test::Unfused;
 using hpcps_test::worst_ratio;
 using hpcps::backend::CpuEigen;
 using nn::Shape;
@@ -688,49 +691,6 @@ TEMPLATE_TEST_CASE("Sequential<Dense, Relu, Dense, Relu, Dense> computes what nn
 }
 
 // ---- Fusion with activations ------------------------------------------------------------------------
-
-namespace {
-
-// The same activation as a layer nn::Sequential does not recognise, so nothing is fused with it.
-template <class Act>
-struct Unfused : nn::ActivationLayer<Act> {
-  using nn::ActivationLayer<Act>::ActivationLayer;
-};
-
-template <class Net, class B>
-std::vector<float> gradient_of(const Net& net, const B& backend, const std::vector<float>& params,
-                               const std::vector<float>& x, const std::vector<std::int32_t>& y, double& loss) {
-  auto ws = net.make_workspace(backend, y.size());
-  auto device_params = backend.make_buffer(params.size());
-  auto grad = backend.make_buffer(params.size());
-  backend.upload(params.data(), params.size(), B::data(device_params));
-  loss = net.gradient(backend, ws, B::data(device_params), x.data(), y.data(), y.size(), B::data(grad)).loss_sum;
-  std::vector<float> host(params.size());
-  backend.download(B::data(grad), host.size(), host.data());
-  return host;
-}
-
-template <class Fused, class Plain, class B>
-double fused_against_plain(const B& backend, Shape in, const typename Fused::Configs& configs, std::uint64_t seed) {
-  const Fused fused(in, configs);
-  const Plain plain(in, configs);
-  hpcps::data::Rng rng(seed);
-  std::vector<float> params(fused.parameter_count()), x(5 * fused.input_size());
-  std::vector<std::int32_t> y(5);
-  fused.initialize(params.data(), seed);
-  for (float& v : x) v = hpcps::data::normal_float(rng);
-  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, fused.output_size()));
-  double fused_loss = 0.0, plain_loss = 0.0;
-  const std::vector<float> a = gradient_of(fused, backend, params, x, y, fused_loss);
-  const std::vector<float> b = gradient_of(plain, backend, params, x, y, plain_loss);
-  double worst = std::abs(fused_loss - plain_loss) / std::max(1.0, std::abs(plain_loss));
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::max(1e-3, std::abs(static_cast<double>(b[i]))));
-  }
-  return worst;
-}
-
-}  // namespace
 
 TEMPLATE_TEST_CASE("fusing a layer with its activation changes nothing but the speed", "[layers]",
                    HPCPS_LAYER_BACKENDS) {

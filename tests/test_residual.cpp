@@ -209,6 +209,12 @@ TEST_CASE("nested blocks' state slots point at every batch normalization's runni
   CHECK(slots[0].begin == net.parameter_offset(1) + 8);  // the stem's batch norm: 4 channels
 }
 
+// Fusion (docs/layers.md#fusion): batch normalization runs the activation after it both ways, a
+// block's sum the one after the block forward only (both branches read its gradient).
+static_assert(nn::detail::activates_backward<nn::BatchNorm2d, nn::ActivationLayer<nn::Relu>, Cpu>::value);
+static_assert(nn::detail::has_forward_activated<Block, Cpu, nn::Relu>::value &&
+              !nn::detail::has_backward_activated<Block, Cpu, nn::Relu>::value);
+
 #if defined(HPCPS_TEST_THRUST)
 #define HPCPS_RESIDUAL_BACKENDS Cpu, hpcps::backend::CpuEigen, hpcps::backend::ThrustOmp
 #else
@@ -233,6 +239,43 @@ TEMPLATE_TEST_CASE("backends agree with backend::Cpu on residual blocks", "[resi
     CHECK(hpcps_test::worst_scaled_difference(got.dx, reference.dx) < 1e-4);
     CHECK(hpcps_test::worst_scaled_difference(got.grad, reference.grad) < 1e-4);
     CHECK(std::any_of(got.dx.begin(), got.dx.end(), [](float v) { return v != 0.0f; }));
+  }
+}
+
+TEMPLATE_TEST_CASE("batch normalization and a block's sum fused with the activation after them change no float",
+                   "[residual][fusion]", HPCPS_RESIDUAL_BACKENDS) {
+  // The fused passes compute the activation's input with the same expression as the layers apart
+  // (the ReLU's in the backward pass recomputed from x), so the ResNet's loss and gradient are the
+  // same floats. tanh after batch normalization: the same functions, within a rounding of the
+  // derivative's product.
+  using Unfused = hpcps_test::Unfused<nn::Relu>;
+  using PlainBody = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, Unfused, nn::Conv2d, nn::BatchNorm2d>;
+  using PlainBlock = nn::Residual<PlainBody>;
+  using PlainDown = nn::Residual<PlainBody, nn::Sequential<nn::Conv2d, nn::BatchNorm2d>>;
+  using Plain = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, Unfused, PlainBlock, Unfused, PlainDown, Unfused,
+                               nn::AvgPool2d, nn::Flatten, nn::Dense>;
+  const SmallResNet::Configs configs{{4, 3, 1}, {}, {}, block_config, {}, down_config, {}, {4}, {}, {3}};
+  const Plain::Configs plain_configs{{4, 3, 1},
+                                     {},
+                                     {},
+                                     PlainBlock::Config{{{4, 3, 1}, {}, {}, {4, 3, 1}, {}}},
+                                     {},
+                                     PlainDown::Config{{{6, 3, 1, 2}, {}, {}, {6, 3, 1}, {}}, {{6, 1, 0, 2}, {}}},
+                                     {},
+                                     {4},
+                                     {},
+                                     {3}};
+  using SmoothNet = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, nn::Tanh, nn::Flatten, nn::Dense>;
+  using SmoothPlain = nn::Sequential<nn::Conv2d, nn::BatchNorm2d, hpcps_test::Unfused<nn::Tanh>, nn::Flatten, nn::Dense>;
+  for (int threads : {1, 2}) {
+    const TestType backend(threads);
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      INFO("threads " << threads << ", seed " << seed);
+      CHECK(hpcps_test::fused_against_plain<SmallResNet, Plain>(backend, Shape{2, 8, 8}, configs, plain_configs,
+                                                                seed) == 0.0);
+      CHECK(hpcps_test::fused_against_plain<SmoothNet, SmoothPlain>(backend, Shape{2, 6, 6},
+                                                                    {{3, 3, 1}, {}, {}, {}, {4}}, seed) < 1e-5);
+    }
   }
 }
 

@@ -201,22 +201,27 @@ class BasicCpu {
     for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = a[i] * b[i];
   }
 
-  // out = a + b elementwise; out may be a or b.
+  // out = Act(a + b) elementwise (a residual block's sum and the activation after it in one
+  // pass); out may be a or b.
+  template <class Act = nn::Identity>
   void add(const float* a, const float* b, std::size_t n, float* out) const {
     const auto total = static_cast<std::ptrdiff_t>(n);
 #pragma omp parallel for simd num_threads(threads_) if (parallel : threads_ > 1 && n > parallel_threshold)
-    for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = a[i] + b[i];
+    for (std::ptrdiff_t i = 0; i < total; ++i) out[i] = Act::forward(a[i] + b[i]);
   }
 
   // Batch normalization over samples and pixels, channel by channel (nn::BatchNorm; the kernels
   // in backend/detail/batch_norm_kernels.hpp, shared with the Thrust backend). Training: y, the
   // channel's mean and 1 / sqrt(var + eps) for the backward pass, and its summed raw moments.
+  // Act: y = Act(the normalisation), with each channel's scale and shift in `affine` [2 x channels]
+  // for batch_norm_backward<Act>.
+  template <class Act = nn::Identity>
   void batch_norm_train(const float* x, std::size_t count, std::size_t channels, std::size_t pixels,
                         const float* gamma, const float* beta, float epsilon, float* y, float* mean, float* inv_std,
-                        float* moments) const {
+                        float* moments, float* affine = nullptr) const {
     over_channels(channels, count * pixels,
-                  detail::BatchNormTrainChannel{x, gamma, beta, y, mean, inv_std, moments, count, channels, pixels,
-                                                epsilon});
+                  detail::BatchNormTrainChannel<Act>{x, gamma, beta, y, mean, inv_std, moments, count, channels,
+                                                     pixels, epsilon, affine});
   }
   // Evaluation: normalised by the running moments `running` (E[x] per channel, then E[x^2]).
   void batch_norm_infer(const float* x, std::size_t count, std::size_t channels, std::size_t pixels,
@@ -227,12 +232,14 @@ class BasicCpu {
     for (std::ptrdiff_t i = 0; i < total; ++i) element(static_cast<std::size_t>(i));
   }
   // dgamma, dbeta (overwritten) and dx unless null, from the training pass's mean and inv_std.
+  // Act: dy is the gradient of batch_norm_train<Act>'s y, and `affine` what that pass kept.
+  template <class Act = nn::Identity>
   void batch_norm_backward(const float* x, const float* dy, std::size_t count, std::size_t channels,
                            std::size_t pixels, const float* gamma, const float* mean, const float* inv_std, float* dx,
-                           float* dgamma, float* dbeta) const {
+                           float* dgamma, float* dbeta, const float* affine = nullptr) const {
     over_channels(channels, count * pixels,
-                  detail::BatchNormBackwardChannel{x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, count, channels,
-                                                   pixels});
+                  detail::BatchNormBackwardChannel<Act>{x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, count,
+                                                        channels, pixels, affine});
   }
 
   // mask[i] = 1/keep with probability keep, else 0, as a function of (seed, first + i) only.

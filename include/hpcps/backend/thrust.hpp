@@ -272,24 +272,27 @@ class Thrust {
   void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed, std::size_t first) const {
     each(n, detail::DropoutMask{mask, keep, seed, first});
   }
-  void add(const float* a, const float* b, std::size_t n, float* out) const { each(n, detail::Add{a, b, out}); }
+  template <class Act = nn::Identity>
+  void add(const float* a, const float* b, std::size_t n, float* out) const { each(n, detail::Add<Act>{a, b, out}); }
   // Batch normalization (backend/detail/batch_norm_kernels.hpp): one work item per channel for
   // the statistics, which leaves a GPU mostly idle at a ResNet's 16-64 channels (docs/layers.md).
+  template <class Act = nn::Identity>
   void batch_norm_train(const float* x, std::size_t count, std::size_t channels, std::size_t pixels,
                         const float* gamma, const float* beta, float epsilon, float* y, float* mean, float* inv_std,
-                        float* moments) const {
-    each(channels,
-         detail::BatchNormTrainChannel{x, gamma, beta, y, mean, inv_std, moments, count, channels, pixels, epsilon});
+                        float* moments, float* affine = nullptr) const {
+    each(channels, detail::BatchNormTrainChannel<Act>{x, gamma, beta, y, mean, inv_std, moments, count, channels,
+                                                      pixels, epsilon, affine});
   }
   void batch_norm_infer(const float* x, std::size_t count, std::size_t channels, std::size_t pixels,
                         const float* gamma, const float* beta, const float* running, float epsilon, float* y) const {
     each(count * channels * pixels, detail::BatchNormInferElement{x, gamma, beta, running, y, channels, pixels, epsilon});
   }
+  template <class Act = nn::Identity>
   void batch_norm_backward(const float* x, const float* dy, std::size_t count, std::size_t channels,
                            std::size_t pixels, const float* gamma, const float* mean, const float* inv_std, float* dx,
-                           float* dgamma, float* dbeta) const {
-    each(channels,
-         detail::BatchNormBackwardChannel{x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, count, channels, pixels});
+                           float* dgamma, float* dbeta, const float* affine = nullptr) const {
+    each(channels, detail::BatchNormBackwardChannel<Act>{x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, count,
+                                                         channels, pixels, affine});
   }
 
  private:

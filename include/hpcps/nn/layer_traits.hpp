@@ -96,6 +96,19 @@ struct has_backward_through<L, B, Act,
                                 (const float*)nullptr, std::size_t{}, (float*)nullptr, (float*)nullptr))>>
     : std::true_type {};
 
+// And `backward_activated<Act>(backend, ws, params, x, y, dy, count, dx, grad)`, with
+// forward_activated: the backward pass of the activation after the layer inside the layer's own
+// (y and dy: the activation's output and its gradient).
+template <class L, class B, class Act, class = void>
+struct has_backward_activated : std::false_type {};
+template <class L, class B, class Act>
+struct has_backward_activated<L, B, Act,
+                              std::void_t<decltype(std::declval<const L&>().template backward_activated<Act>(
+                                  std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                                  (const float*)nullptr, (const float*)nullptr, (const float*)nullptr,
+                                  (const float*)nullptr, std::size_t{}, (float*)nullptr, (float*)nullptr))>>
+    : std::true_type {};
+
 // And `forward_pooled<Act>(..., const Pool& pool, y, training)` with `backward_pooled<Act>(..., x, y,
 // dy, count, pool, dx, grad)`: the layer, the activation Act after it and the pooling layer Pool
 // after that as one, both ways (y and dy: the pooling's output and its gradient).

@@ -49,6 +49,13 @@ template <class L, class Next, class B>
 struct applies_next : std::false_type {};
 template <class L, class Act, class B>
 struct applies_next<L, ActivationLayer<Act>, B> : has_forward_activated<L, B, Act> {};
+// ...and layer L, having applied the activation layer Next, also runs Next's backward pass (batch
+// normalization recomputes the activation's input instead of reading its output)...
+template <class L, class Next, class B>
+struct activates_backward : std::false_type {};
+template <class L, class Act, class B>
+struct activates_backward<L, ActivationLayer<Act>, B>
+    : std::bool_constant<has_forward_activated<L, B, Act>::value && has_backward_activated<L, B, Act>::value> {};
 // ...and layer L runs the backward pass of the activation layer Prev before it (a max pooling
 // scales the few gradients it routes, instead of a pass over the whole activation).
 template <class Prev, class L, class B>
@@ -299,6 +306,17 @@ class Sequential {
       return false;
     }
   }
+  // Layer I runs the backward pass of the activation layer I + 1 too (detail::activates_backward),
+  // unless layer I + 2 runs it (detail::runs_previous).
+  template <class B, std::size_t I>
+  static constexpr bool fused_backward() {
+    if constexpr (I + 1 < layer_count) {
+      return fused_forward<B, I>() && detail::activates_backward<layer_type<I>, layer_type<I + 1>, B>::value &&
+             !folds_previous<B, I + 2>();
+    } else {
+      return false;
+    }
+  }
   // Layer I runs the backward pass of the activation layer I - 1 (detail::runs_previous).
   template <class B, std::size_t I>
   static constexpr bool folds_previous() {
@@ -376,6 +394,9 @@ class Sequential {
                       float* grad, const float*& delta, float* dx_out, std::size_t lowest, Ready& ready) const {
     if (I < lowest) return;
     if constexpr (folds_previous<B, I + 1>()) return;  // layer I + 1 ran it
+    if constexpr (I > 0) {
+      if constexpr (fused_backward<B, I - 1>()) return;  // layer I - 1 will run it; delta passes on unchanged
+    }
     if constexpr (runs_inside_another<B, I>()) return;  // delta passes on to that layer unchanged
     const auto& layer = std::get<I>(layers_);
     float* dx = dx_out;
@@ -387,6 +408,10 @@ class Sequential {
       layer.template backward_pooled<typename layer_type<I + 1>::activation_type>(
           backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I + 2]), delta, count,
           std::get<I + 2>(layers_), dx, grad + offsets_[I]);
+    } else if constexpr (fused_backward<B, I>()) {
+      layer.template backward_activated<typename layer_type<I + 1>::activation_type>(
+          backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I + 1]), delta, count,
+          dx, grad + offsets_[I]);
     } else if constexpr (folds_previous<B, I>()) {
       layer.template backward_through<typename layer_type<I - 1>::activation_type>(
           backend, std::get<I>(ws.layers), params + offsets_[I], below, y, delta, count, dx, grad + offsets_[I]);

@@ -6,8 +6,9 @@
 // map is one work item per element.
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
-#include "hpcps/nn/activation.hpp"  // HPCPS_HOST_DEVICE
+#include "hpcps/nn/activation.hpp"
 
 namespace hpcps::backend::detail {
 
@@ -22,11 +23,18 @@ inline constexpr std::size_t batch_norm_lanes = 8;
 // what a worker pushes so that the server's mean over all samples is the global batch's. One pass
 // gathers the sums of x and x^2 (in double: the variance E[x^2] - E[x]^2 keeps 8 digits unless
 // the mean exceeds the standard deviation 10^4 times), a second writes y.
+//
+// Act other than nn::Identity: y = Act(that), the activation layer after the normalisation in the
+// same pass (nn::BatchNorm::forward_activated), and `affine` (2C floats) keeps each channel's
+// scale and shift, so that the backward pass recomputes Act's input bit for bit from x instead of
+// reading y again.
+template <class Act = nn::Identity>
 struct BatchNormTrainChannel {
   const float *x, *gamma, *beta;
   float *y, *mean, *inv_std, *moments;
   std::size_t count, channels, pixels;
   float epsilon;
+  float* affine = nullptr;  // [scale per channel, shift per channel], with Act
   HPCPS_HOST_DEVICE void operator()(std::size_t c) const {
     constexpr std::size_t L = batch_norm_lanes;
     const double m = static_cast<double>(count) * static_cast<double>(pixels);
@@ -56,7 +64,11 @@ struct BatchNormTrainChannel {
     for (std::size_t n = 0; n < count; ++n) {
       const float* in = x + (n * channels + c) * pixels;
       float* out = y + (n * channels + c) * pixels;
-      for (std::size_t p = 0; p < pixels; ++p) out[p] = in[p] * scale + shift;
+      for (std::size_t p = 0; p < pixels; ++p) out[p] = Act::forward(in[p] * scale + shift);
+    }
+    if (affine != nullptr) {
+      affine[c] = scale;
+      affine[channels + c] = shift;
     }
     mean[c] = static_cast<float>(mu);
     inv_std[c] = static_cast<float>(r);
@@ -83,35 +95,41 @@ struct BatchNormInferElement {
 // Backward, channel c: dgamma = sum dy xhat, dbeta = sum dy and, unless dx is null,
 // dx = gamma / sqrt(var + eps) (dy - mean(dy) - xhat mean(dy xhat)), with the forward pass's
 // mean and 1 / sqrt(var + eps). The sums as in the forward pass: lanes in double, a fixed order.
+//
+// Act other than nn::Identity: dy is the gradient of Act's output, and the gradient of the
+// normalisation's output is dy Act'(Act(x scale + shift)), with the scale and shift the forward
+// pass kept in `affine`: the activation layer's backward pass inside this one, with the floats it
+// would have computed, and no pass over Act's output.
+template <class Act = nn::Identity>
 struct BatchNormBackwardChannel {
   const float *x, *dy, *gamma, *mean, *inv_std;
   float *dx, *dgamma, *dbeta;
   std::size_t count, channels, pixels;
+  const float* affine = nullptr;  // BatchNormTrainChannel<Act>'s, with Act
+  static constexpr bool activated = !std::is_same_v<Act, nn::Identity>;
+  // With Act, a plane's gradient is formed a chunk at a time in a buffer on the stack, by a loop
+  // of float operations alone, which the sums and dx then read as they read dy without Act (one
+  // loop mixing them measured slower than the two passes apart). A multiple of the lanes, so
+  // each value still meets the same partial sum.
+  static constexpr std::size_t chunk = activated ? 32 * batch_norm_lanes : 1;  // the stack buffer's floats
+
   HPCPS_HOST_DEVICE void operator()(std::size_t c) const {
-    constexpr std::size_t L = batch_norm_lanes;
     const double m = static_cast<double>(count) * static_cast<double>(pixels);
     const float mu = mean[c], r = inv_std[c];
     // sum dy xhat = r (sum dy x - mu sum dy): products of floats, exact in double.
-    double s[L] = {}, t[L] = {};
-    const std::size_t body = pixels - pixels % L;
+    double s[batch_norm_lanes] = {}, t[batch_norm_lanes] = {};
+    float scratch[chunk];
+    const std::size_t step = activated ? chunk : pixels;  // without Act, a plane at once
     for (std::size_t n = 0; n < count; ++n) {
       const float* in = x + (n * channels + c) * pixels;
       const float* g = dy + (n * channels + c) * pixels;
-      for (std::size_t p = 0; p < body; p += L) {
-        for (std::size_t j = 0; j < L; ++j) {
-          const double gj = g[p + j];
-          s[j] += gj;
-          t[j] += gj * in[p + j];
-        }
-      }
-      for (std::size_t p = body; p < pixels; ++p) {
-        const double gj = g[p];
-        s[p - body] += gj;
-        t[p - body] += gj * in[p];
+      for (std::size_t p = 0; p < pixels; p += step) {
+        const std::size_t len = pixels - p < step ? pixels - p : step;
+        sum_into(s, t, p, len, in + p, through(g + p, in + p, len, c, scratch));
       }
     }
     double sum_dy = 0.0, sum_dy_x = 0.0;
-    for (std::size_t j = 0; j < L; ++j) sum_dy += s[j], sum_dy_x += t[j];
+    for (std::size_t j = 0; j < batch_norm_lanes; ++j) sum_dy += s[j], sum_dy_x += t[j];
     const double sum_dy_xhat = static_cast<double>(r) * (sum_dy_x - static_cast<double>(mu) * sum_dy);
     dgamma[c] = static_cast<float>(sum_dy_xhat);
     dbeta[c] = static_cast<float>(sum_dy);
@@ -122,7 +140,49 @@ struct BatchNormBackwardChannel {
       const float* in = x + (n * channels + c) * pixels;
       const float* g = dy + (n * channels + c) * pixels;
       float* out = dx + (n * channels + c) * pixels;
-      for (std::size_t p = 0; p < pixels; ++p) out[p] = k * (g[p] - mean_dy - (in[p] - mu) * r * mean_dy_xhat);
+      for (std::size_t p = 0; p < pixels; p += step) {
+        const std::size_t len = pixels - p < step ? pixels - p : step;
+        const float* h = through(g + p, in + p, len, c, scratch);
+        for (std::size_t i = 0; i < len; ++i) {
+          out[p + i] = k * (h[i] - mean_dy - (in[p + i] - mu) * r * mean_dy_xhat);
+        }
+      }
+    }
+  }
+
+ private:
+  // The gradient of the normalisation's output for `len` values from `g` on: g itself without Act.
+  HPCPS_HOST_DEVICE const float* through(const float* g, const float* in, std::size_t len, std::size_t c,
+                                         float* scratch) const {
+    if constexpr (activated) {
+      const float scale = affine[c], shift = affine[channels + c];
+      for (std::size_t i = 0; i < len; ++i) {
+        scratch[i] = g[i] * Act::derivative_from_output(Act::forward(in[i] * scale + shift));
+      }
+      return scratch;
+    } else {
+      (void)in, (void)len, (void)c, (void)scratch;
+      return g;
+    }
+  }
+  // Values `first`..`first + len` of a plane into the lanes: value p meets lane p % L, the plane's
+  // last pixels % L values lanes 0.. in order (the order fixed by the shape alone).
+  HPCPS_HOST_DEVICE void sum_into(double* s, double* t, std::size_t first, std::size_t len, const float* in,
+                                  const float* g) const {
+    constexpr std::size_t L = batch_norm_lanes;
+    const std::size_t body = pixels - pixels % L;
+    const std::size_t vector_end = first >= body ? 0 : (first + len < body ? len : body - first);
+    for (std::size_t p = 0; p < vector_end; p += L) {
+      for (std::size_t j = 0; j < L; ++j) {
+        const double gj = g[p + j];
+        s[j] += gj;
+        t[j] += gj * in[p + j];
+      }
+    }
+    for (std::size_t p = vector_end; p < len; ++p) {
+      const double gj = g[p];
+      s[first + p - body] += gj;
+      t[first + p - body] += gj * in[p];
     }
   }
 };

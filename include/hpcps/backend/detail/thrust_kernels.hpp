@@ -270,11 +270,12 @@ struct Multiply {
   HPCPS_HOST_DEVICE void operator()(std::size_t i) const { out[i] = a[i] * b[i]; }
 };
 
+template <class Act>
 struct Add {
   const float* a;
   const float* b;
   float* out;
-  HPCPS_HOST_DEVICE void operator()(std::size_t i) const { out[i] = a[i] + b[i]; }
+  HPCPS_HOST_DEVICE void operator()(std::size_t i) const { out[i] = Act::forward(a[i] + b[i]); }
 };
 
 struct DropoutMask {

@@ -8,6 +8,8 @@
 // into workers; their "gradient" is written by backward from the training pass's statistics.
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -18,6 +20,23 @@
 #include "hpcps/nn/state_slots.hpp"
 
 namespace hpcps::nn {
+namespace detail {
+// Backends whose batch-norm kernels take an activation (both shipped ones): the normalisation and
+// the activation after it run as one pass each way.
+template <class B, class Act, class = void>
+struct has_activated_batch_norm : std::false_type {};
+template <class B, class Act>
+struct has_activated_batch_norm<
+    B, Act,
+    std::void_t<decltype(std::declval<const B&>().template batch_norm_train<Act>(
+                    (const float*)nullptr, std::size_t{}, std::size_t{}, std::size_t{}, (const float*)nullptr,
+                    (const float*)nullptr, 1.0f, (float*)nullptr, (float*)nullptr, (float*)nullptr, (float*)nullptr,
+                    (float*)nullptr)),
+                decltype(std::declval<const B&>().template batch_norm_backward<Act>(
+                    (const float*)nullptr, (const float*)nullptr, std::size_t{}, std::size_t{}, std::size_t{},
+                    (const float*)nullptr, (const float*)nullptr, (const float*)nullptr, (float*)nullptr,
+                    (float*)nullptr, (float*)nullptr, (const float*)nullptr))>> : std::true_type {};
+}  // namespace detail
 
 class BatchNorm {
  public:
@@ -46,15 +65,17 @@ class BatchNorm {
   }
   std::vector<StateSlots> state_slots() const { return {{2 * shape_.channels, 2 * shape_.channels, momentum_}}; }
 
-  // The training pass's statistics, read by backward: mean, 1 / sqrt(var + eps), raw moments.
+  // The training pass's statistics, read by backward: mean, 1 / sqrt(var + eps), raw moments;
+  // with an activation fused, each channel's scale and shift.
   template <class Backend>
   struct Workspace {
-    typename Backend::buffer_type mean, inv_std, moments;
+    typename Backend::buffer_type mean, inv_std, moments, affine;
   };
   template <class Backend>
   Workspace<Backend> make_workspace(const Backend& backend, std::size_t /*max_batch*/) const {
     const std::size_t c = shape_.channels;
-    return Workspace<Backend>{backend.make_buffer(c), backend.make_buffer(c), backend.make_buffer(2 * c)};
+    return Workspace<Backend>{backend.make_buffer(c), backend.make_buffer(c), backend.make_buffer(2 * c),
+                              backend.make_buffer(2 * c)};
   }
 
   template <class Backend>
@@ -67,6 +88,34 @@ class BatchNorm {
     } else {
       backend.batch_norm_infer(x, count, c, shape_.pixels(), params, params + c, params + 2 * c, epsilon_, y);
     }
+  }
+
+  // y = Act(the normalisation): nn::Sequential fuses the activation layer after this one into it
+  // (docs/layers.md#fusion), one pass over the output instead of two. The backward pass below then
+  // runs that activation's backward pass as well, recomputing Act's input from x: neither the
+  // normalised values nor Act's output are read back. Same floats as the two layers apart.
+  template <class Act, class Backend, std::enable_if_t<detail::has_activated_batch_norm<Backend, Act>::value, int> = 0>
+  void forward_activated(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                         std::size_t count, float* y, bool training) const {
+    const std::size_t c = shape_.channels;
+    if (training) {
+      backend.template batch_norm_train<Act>(x, count, c, shape_.pixels(), params, params + c, epsilon_, y,
+                                             Backend::data(ws.mean), Backend::data(ws.inv_std),
+                                             Backend::data(ws.moments), Backend::data(ws.affine));
+    } else {
+      backend.batch_norm_infer(x, count, c, shape_.pixels(), params, params + c, params + 2 * c, epsilon_, y);
+      backend.template activation<Act>(y, count * shape_.size(), y);
+    }
+  }
+  // dy: the gradient of forward_activated's output (Act's); y (Act's output) is not read.
+  template <class Act, class Backend, std::enable_if_t<detail::has_activated_batch_norm<Backend, Act>::value, int> = 0>
+  void backward_activated(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                          const float* /*y*/, const float* dy, std::size_t count, float* dx, float* grad) const {
+    const std::size_t c = shape_.channels;
+    backend.template batch_norm_backward<Act>(x, dy, count, c, shape_.pixels(), params, Backend::data(ws.mean),
+                                              Backend::data(ws.inv_std), dx, grad, grad + c,
+                                              Backend::data(ws.affine));
+    backend.copy(Backend::data(ws.moments), 2 * c, grad + 2 * c);
   }
 
   // grad = [dgamma, dbeta, the training pass's summed moments]; dx unless null.

@@ -50,6 +50,14 @@ struct chain_traits<IdentityShortcut> {
   using workspace = IdentityShortcut;
   static constexpr bool has_state = false;
 };
+// Backends whose addition takes an activation (both shipped ones).
+template <class B, class Act, class = void>
+struct has_activated_add : std::false_type {};
+template <class B, class Act>
+struct has_activated_add<B, Act,
+                         std::void_t<decltype(std::declval<const B&>().template add<Act>(
+                             (const float*)nullptr, (const float*)nullptr, std::size_t{}, (float*)nullptr))>>
+    : std::true_type {};
 }  // namespace detail
 
 template <class Body, class Shortcut = IdentityShortcut>
@@ -110,17 +118,19 @@ class Residual {
     return ws;
   }
 
+
   template <class B>
   void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count, float* y,
                bool training) const {
-    body_.forward(backend, ws.body, params, x, count, training);
-    const float* from_body = B::data(ws.body.activations.back());
-    if constexpr (identity) {
-      backend.add(from_body, x, count * input_.size(), y);
-    } else {
-      shortcut_.forward(backend, ws.shortcut, params + body_.parameter_count(), x, count, training);
-      backend.add(from_body, B::data(ws.shortcut.activations.back()), count * output_shape().size(), y);
-    }
+    sum_of_branches<Identity>(backend, ws, params, x, count, y, training);
+  }
+  // y = Act(body(x) + shortcut(x)): nn::Sequential fuses the activation layer after the block into
+  // the sum (docs/layers.md#fusion), one pass over the output instead of two. Its backward pass
+  // stays the activation layer's: both branches need the gradient it writes.
+  template <class Act, class B, std::enable_if_t<detail::has_activated_add<B, Act>::value, int> = 0>
+  void forward_activated(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+                         float* y, bool training) const {
+    sum_of_branches<Act>(backend, ws, params, x, count, y, training);
   }
 
   // ps::train's sample position, for a dropout layer inside either chain.
@@ -146,6 +156,23 @@ class Residual {
   }
 
  private:
+  template <class Act, class B>
+  void sum_of_branches(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count,
+                       float* y, bool training) const {
+    body_.forward(backend, ws.body, params, x, count, training);
+    const float* from_body = B::data(ws.body.activations.back());
+    const float* from_shortcut = x;
+    if constexpr (!identity) {
+      shortcut_.forward(backend, ws.shortcut, params + body_.parameter_count(), x, count, training);
+      from_shortcut = B::data(ws.shortcut.activations.back());
+    }
+    if constexpr (std::is_same_v<Act, Identity>) {
+      backend.add(from_body, from_shortcut, count * output_shape().size(), y);
+    } else {
+      backend.template add<Act>(from_body, from_shortcut, count * output_shape().size(), y);
+    }
+  }
+
   static Shortcut make_shortcut(Shape input, const Config& config) {
     if constexpr (identity) {
       (void)input, (void)config;
