@@ -5,7 +5,9 @@
 //   hpcps       backend::Cpu's batch_norm_train + batch_norm_backward (backend/detail/
 //               batch_norm_kernels.hpp: sums in double, one channel per work item)
 //   hpcps+relu  the same followed by the ReLU layer's passes (backend.activation<Relu>,
-//               activation_gradient<Relu>): what nn::Sequential runs for BatchNorm2d, Relu
+//               activation_gradient<Relu>): the two layers apart
+//   hpcps-fused+relu  batch_norm_train<Relu> + batch_norm_backward<Relu>: the ReLU inside the
+//               normalisation's passes both ways, what nn::Sequential runs for BatchNorm2d, Relu
 //   onednn      oneDNN's batch_normalization forward_training + backward (use_scale, use_shift)
 //   onednn+relu the same with fuse_norm_relu: the ReLU inside the primitive, its mask in a workspace
 //   onednn-blocked, onednn-blocked+relu: the same on oneDNN's blocked layout (nChw16c, 16 channels
@@ -42,7 +44,7 @@ struct Shape {
 };
 
 struct Buffers {
-  std::vector<float> x, y, dy, dx, gamma, beta, mean, inv_std, moments, dgamma, dbeta;
+  std::vector<float> x, y, dy, dx, gamma, beta, mean, inv_std, moments, dgamma, dbeta, affine;
   Buffers(std::size_t batch, Shape s) {
     const std::size_t n = batch * s.channels * s.size * s.size, c = s.channels;
     hpcps::data::Rng rng(11);
@@ -50,7 +52,7 @@ struct Buffers {
     for (float& v : x) v = 0.3f + 1.7f * hpcps::data::normal_float(rng);
     for (float& v : dy) v = 0.01f * hpcps::data::normal_float(rng);
     gamma.assign(c, 1.1f), beta.assign(c, 0.1f), mean.resize(c), inv_std.resize(c), moments.resize(2 * c);
-    dgamma.resize(c), dbeta.resize(c);
+    dgamma.resize(c), dbeta.resize(c), affine.resize(2 * c);
   }
 };
 
@@ -70,6 +72,22 @@ Summary time_hpcps(std::size_t batch, Shape s, int threads, bool relu, int repea
         }
         backend.batch_norm_backward(b.x.data(), dy, batch, s.channels, pixels, b.gamma.data(), b.mean.data(),
                                     b.inv_std.data(), b.dx.data(), b.dgamma.data(), b.dbeta.data());
+      },
+      repeats);
+}
+
+Summary time_hpcps_fused(std::size_t batch, Shape s, int threads, int repeats) {
+  const Cpu backend(threads);
+  Buffers b(batch, s);
+  const std::size_t pixels = s.size * s.size;
+  using hpcps::nn::Relu;
+  return hpcps_bench::time_per_call(
+      [&] {
+        backend.batch_norm_train<Relu>(b.x.data(), batch, s.channels, pixels, b.gamma.data(), b.beta.data(), 1e-5f,
+                                       b.y.data(), b.mean.data(), b.inv_std.data(), b.moments.data(), b.affine.data());
+        backend.batch_norm_backward<Relu>(b.x.data(), b.dy.data(), batch, s.channels, pixels, b.gamma.data(),
+                                          b.mean.data(), b.inv_std.data(), b.dx.data(), b.dgamma.data(),
+                                          b.dbeta.data(), b.affine.data());
       },
       repeats);
 }
@@ -158,10 +176,11 @@ int main(int argc, char** argv) {
         // and dy twice and write dx (ReLU fused or not): 8 passes over the tensor.
         const double bytes = 8.0 * 4.0 * static_cast<double>(batch * s.channels * s.size * s.size);
         const std::string suffix = relu ? "+relu" : "";
-        for (const auto& [name, sum, impl] :
-             {std::tuple<std::string, Summary, std::string>{"hpcps" + suffix, ours, ""},
-              {"onednn" + suffix, plain, plain_impl},
-              {"onednn-blocked" + suffix, blocked, blocked_impl}}) {
+        std::vector<std::tuple<std::string, Summary, std::string>> rows{
+            {"hpcps" + suffix, ours, ""}, {"onednn" + suffix, plain, plain_impl},
+            {"onednn-blocked" + suffix, blocked, blocked_impl}};
+        if (relu) rows.emplace_back("hpcps-fused+relu", time_hpcps_fused(batch, s, static_cast<int>(t), repeats), "");
+        for (const auto& [name, sum, impl] : rows) {
           json.begin_object();
           json.field("threads", t).field("channels", s.channels).field("size", s.size).field("method", name);
           json.field("seconds_median", sum.median).field("seconds_min", sum.low).field("seconds_max", sum.high);

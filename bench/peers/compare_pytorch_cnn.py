@@ -81,10 +81,11 @@ def run_ps(args, threads, report):
 
 # The ResNet's memory-bound passes per training sample, by tensor shape (channels per width, side):
 # batch norm 8 passes (forward: 2 reads + 1 write; backward: 2 reads for the sums, 2 reads + 1
-# write for dx), ReLU 5 (read, write; read y and dy, write dx), residual addition 6 (read 2, write 1
-# each way). Stage 1: stem bn + 4 block bns, stem relu + 2 x 2 block relus, 2 additions; stages 2
-# and 3: 4 block bns + the shortcut's, 2 x 2 relus, 2 additions.
-RESNET_PASSES = [(1, 28, 8 * 5 + 5 * 5 + 6 * 2), (2, 14, 8 * 5 + 5 * 4 + 6 * 2), (4, 7, 8 * 5 + 5 * 4 + 6 * 2)]
+# write for dx), the ReLU after a batch norm none (fused into its passes both ways), the ReLU after
+# a block 3 (its forward fused into the addition; backward: read y and dy, write dx), residual
+# addition 6 (read 2, write 1 each way). Stage 1: stem bn + 4 block bns, 2 block relus, 2
+# additions; stages 2 and 3: 4 block bns + the shortcut's, 2 block relus, 2 additions.
+RESNET_PASSES = [(1, 28, 8 * 5 + 3 * 2 + 6 * 2), (2, 14, 8 * 5 + 3 * 2 + 6 * 2), (4, 7, 8 * 5 + 3 * 2 + 6 * 2)]
 
 
 def resnet_stream_rates(args, threads):
