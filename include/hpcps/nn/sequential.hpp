@@ -307,12 +307,13 @@ class Sequential {
     }
   }
   // Layer I runs the backward pass of the activation layer I + 1 too (detail::activates_backward),
-  // unless layer I + 2 runs it (detail::runs_previous).
+  // unless layer I + 2 runs it (detail::runs_previous), or layer I runs the activation before it
+  // (its backward_through: one backward call cannot do both).
   template <class B, std::size_t I>
   static constexpr bool fused_backward() {
     if constexpr (I + 1 < layer_count) {
       return fused_forward<B, I>() && detail::activates_backward<layer_type<I>, layer_type<I + 1>, B>::value &&
-             !folds_previous<B, I + 2>();
+             !folds_previous<B, I + 2>() && !folds_previous<B, I>();
     } else {
       return false;
     }

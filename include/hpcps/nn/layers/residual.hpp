@@ -118,7 +118,6 @@ class Residual {
     return ws;
   }
 
-
   template <class B>
   void forward(const B& backend, Workspace<B>& ws, const float* params, const float* x, std::size_t count, float* y,
                bool training) const {
