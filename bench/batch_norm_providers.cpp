@@ -8,6 +8,9 @@
 //               activation_gradient<Relu>): the two layers apart
 //   hpcps-fused+relu  batch_norm_train<Relu> + batch_norm_backward<Relu>: the ReLU inside the
 //               normalisation's passes both ways, what nn::Sequential runs for BatchNorm2d, Relu
+//   hpcps-blocked, hpcps-blocked+relu: the same kernels over x in blocks of 16 channels, y in NCHW
+//               and dx blocked (backend/detail/batch_norm_blocked_kernels.hpp): what a training
+//               step runs after a convolution that hands its output over in oneDNN's layout
 //   onednn      oneDNN's batch_normalization forward_training + backward (use_scale, use_shift)
 //   onednn+relu the same with fuse_norm_relu: the ReLU inside the primitive, its mask in a workspace
 //   onednn-blocked, onednn-blocked+relu: the same on oneDNN's blocked layout (nChw16c, 16 channels
@@ -76,18 +79,28 @@ Summary time_hpcps(std::size_t batch, Shape s, int threads, bool relu, int repea
       repeats);
 }
 
-Summary time_hpcps_fused(std::size_t batch, Shape s, int threads, int repeats) {
+// batch_norm_train<Act> + batch_norm_backward<Act>: with Act = Relu the fused passes; with
+// `blocked`, over x held in blocks of 16 channels as a convolution hands it over (dx blocked too).
+template <class Act>
+Summary time_hpcps_kernels(std::size_t batch, Shape s, int threads, bool blocked, int repeats) {
   const Cpu backend(threads);
   Buffers b(batch, s);
   const std::size_t pixels = s.size * s.size;
-  using hpcps::nn::Relu;
+  const hpcps::backend::ChannelBlocked x{b.x.data(), 16}, dx{b.dx.data(), 16};
   return hpcps_bench::time_per_call(
       [&] {
-        backend.batch_norm_train<Relu>(b.x.data(), batch, s.channels, pixels, b.gamma.data(), b.beta.data(), 1e-5f,
-                                       b.y.data(), b.mean.data(), b.inv_std.data(), b.moments.data(), b.affine.data());
-        backend.batch_norm_backward<Relu>(b.x.data(), b.dy.data(), batch, s.channels, pixels, b.gamma.data(),
-                                          b.mean.data(), b.inv_std.data(), b.dx.data(), b.dgamma.data(),
-                                          b.dbeta.data(), b.affine.data());
+        if (blocked) {
+          backend.batch_norm_train<Act>(x, batch, s.channels, pixels, b.gamma.data(), b.beta.data(), 1e-5f,
+                                        b.y.data(), b.mean.data(), b.inv_std.data(), b.moments.data(), b.affine.data());
+          backend.batch_norm_backward<Act>(x, b.dy.data(), batch, s.channels, pixels, b.gamma.data(), b.mean.data(),
+                                           b.inv_std.data(), dx, b.dgamma.data(), b.dbeta.data(), b.affine.data());
+        } else {
+          backend.batch_norm_train<Act>(b.x.data(), batch, s.channels, pixels, b.gamma.data(), b.beta.data(), 1e-5f,
+                                        b.y.data(), b.mean.data(), b.inv_std.data(), b.moments.data(), b.affine.data());
+          backend.batch_norm_backward<Act>(b.x.data(), b.dy.data(), batch, s.channels, pixels, b.gamma.data(),
+                                           b.mean.data(), b.inv_std.data(), b.dx.data(), b.dgamma.data(),
+                                           b.dbeta.data(), b.affine.data());
+        }
       },
       repeats);
 }
@@ -179,7 +192,16 @@ int main(int argc, char** argv) {
         std::vector<std::tuple<std::string, Summary, std::string>> rows{
             {"hpcps" + suffix, ours, ""}, {"onednn" + suffix, plain, plain_impl},
             {"onednn-blocked" + suffix, blocked, blocked_impl}};
-        if (relu) rows.emplace_back("hpcps-fused+relu", time_hpcps_fused(batch, s, static_cast<int>(t), repeats), "");
+        using hpcps::nn::Identity, hpcps::nn::Relu;
+        if (relu) {
+          rows.emplace_back("hpcps-fused+relu", time_hpcps_kernels<Relu>(batch, s, static_cast<int>(t), false, repeats),
+                            "");
+          rows.emplace_back("hpcps-blocked+relu",
+                            time_hpcps_kernels<Relu>(batch, s, static_cast<int>(t), true, repeats), "");
+        } else {
+          rows.emplace_back("hpcps-blocked", time_hpcps_kernels<Identity>(batch, s, static_cast<int>(t), true, repeats),
+                            "");
+        }
         for (const auto& [name, sum, impl] : rows) {
           json.begin_object();
           json.field("threads", t).field("channels", s.channels).field("size", s.size).field("method", name);

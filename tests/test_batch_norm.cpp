@@ -300,6 +300,96 @@ TEMPLATE_TEST_CASE("batch normalization with the activation after it fused gives
   }
 }
 
+namespace {
+
+// x in NCHW laid out channel-blocked, as a convolution on backend::Cpu hands it over.
+std::vector<float> to_blocked(const std::vector<float>& x, Shape in, std::size_t count, std::size_t block) {
+  std::vector<float> out(x.size());
+  const hpcps::backend::ChannelBlocked view{out.data(), block};
+  for (std::size_t n = 0; n < count; ++n) {
+    for (std::size_t c = 0; c < in.channels; ++c) {
+      for (std::size_t p = 0; p < in.pixels(); ++p) {
+        out[view.index(n, c, p, in.channels, in.pixels())] = x[(n * in.channels + c) * in.pixels() + p];
+      }
+    }
+  }
+  return out;
+}
+
+// Both passes of batch normalization (with Act after it) over NCHW x and over x blocked: what the
+// training passes write, for comparison float by float.
+struct BatchNormOutputs {
+  std::vector<float> y, mean, inv_std, moments, affine, dx, dgamma, dbeta;
+  bool operator==(const BatchNormOutputs& o) const {
+    return y == o.y && mean == o.mean && inv_std == o.inv_std && moments == o.moments && affine == o.affine &&
+           dx == o.dx && dgamma == o.dgamma && dbeta == o.dbeta;
+  }
+};
+template <class Act, class B>
+BatchNormOutputs batch_norm_passes(const B& backend, const LayerData& d, Shape in, std::size_t count,
+                                   std::size_t block) {
+  const std::size_t c = in.channels, p = in.pixels(), n = count * in.size();
+  BatchNormOutputs o{std::vector<float>(n), std::vector<float>(c), std::vector<float>(c), std::vector<float>(2 * c),
+                     std::vector<float>(2 * c), std::vector<float>(n), std::vector<float>(c), std::vector<float>(c)};
+  const float* gamma = d.params.data();
+  if (block == 0) {
+    backend.template batch_norm_train<Act>(d.x.data(), count, c, p, gamma, gamma + c, 1e-5f, o.y.data(),
+                                           o.mean.data(), o.inv_std.data(), o.moments.data(), o.affine.data());
+    backend.template batch_norm_backward<Act>(d.x.data(), d.dy.data(), count, c, p, gamma, o.mean.data(),
+                                              o.inv_std.data(), o.dx.data(), o.dgamma.data(), o.dbeta.data(),
+                                              o.affine.data());
+    return o;
+  }
+  std::vector<float> x = to_blocked(d.x, in, count, block), dx(n, std::nanf(""));
+  backend.template batch_norm_train<Act>(hpcps::backend::ChannelBlocked{x.data(), block}, count, c, p, gamma,
+                                         gamma + c, 1e-5f, o.y.data(), o.mean.data(), o.inv_std.data(),
+                                         o.moments.data(), o.affine.data());
+  backend.template batch_norm_backward<Act>(hpcps::backend::ChannelBlocked{x.data(), block}, d.dy.data(), count, c,
+                                            p, gamma, o.mean.data(), o.inv_std.data(),
+                                            hpcps::backend::ChannelBlocked{dx.data(), block}, o.dgamma.data(),
+                                            o.dbeta.data(), o.affine.data());
+  // Back to NCHW, read through the same index map the kernels use.
+  const hpcps::backend::ChannelBlocked view{dx.data(), block};
+  for (std::size_t s = 0; s < count; ++s) {
+    for (std::size_t ch = 0; ch < c; ++ch) {
+      for (std::size_t i = 0; i < p; ++i) o.dx[(s * c + ch) * p + i] = dx[view.index(s, ch, i, c, p)];
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("batch normalization over a channel-blocked input gives the floats of the NCHW kernels",
+                   "[batch_norm][backend]", Cpu, hpcps::backend::CpuEigen) {
+  // What a convolution on backend::Cpu hands over (nChw8c, nChw16c): every value meets the same
+  // lane of the same double sums in the same order, so y, the statistics, dx and the parameter
+  // gradient are equal bit for bit, with and without the ReLU after it. Planes of 323 (17 x 19:
+  // tiles of 32 pixels, 3-value lane tail), 49 (7 x 7) and 1 pixel; 1 to 4 groups of 8 channels.
+  for (int threads : {1, 2}) {
+    const TestType backend(threads);
+    for (const Shape in : {Shape{16, 17, 19}, Shape{32, 7, 7}, Shape{8, 5, 4}, Shape{16, 1, 1}}) {
+      for (const std::size_t block : {std::size_t{8}, std::size_t{16}}) {
+        if (in.channels % block != 0) continue;
+        const std::size_t count = 3;
+        const nn::BatchNorm layer(in, {});
+        LayerData d = shifted_data(layer, in, count, 29);
+        INFO("threads " << threads << ", " << nn::to_string(in) << ", blocks of " << block);
+        const BatchNormOutputs plain = batch_norm_passes<nn::Identity>(backend, d, in, count, 0);
+        CHECK(batch_norm_passes<nn::Identity>(backend, d, in, count, block) == plain);
+        const BatchNormOutputs relu = batch_norm_passes<nn::Relu>(backend, d, in, count, 0);
+        CHECK(batch_norm_passes<nn::Relu>(backend, d, in, count, block) == relu);
+        CHECK(relu.dx != plain.dx);  // the ReLU's derivative took part
+      }
+    }
+  }
+  // A layout the kernels cannot read is an error, not a wrong answer.
+  std::vector<float> x(3 * 12), y(x.size()), stats(4 * 12);
+  CHECK_THROWS_WITH(Cpu(1).batch_norm_train(hpcps::backend::ChannelBlocked{x.data(), 8}, 3, 12, 1, stats.data(),
+                                            stats.data(), 1e-5f, y.data(), stats.data(), stats.data(), stats.data()),
+                    Catch::Contains("needs blocks of 8 or 16 channels that divide its 12"));
+}
+
 // ---- The server's rule: the optimizer outside the state, the running average inside -----------
 
 TEST_CASE("optim::RunningStatistics steps the parameters and averages the state, in any pieces", "[batch_norm][optim]") {

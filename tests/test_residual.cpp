@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "hpcps/backend/cpu.hpp"
@@ -275,6 +277,99 @@ TEMPLATE_TEST_CASE("batch normalization and a block's sum fused with the activat
                                                                 seed) == 0.0);
       CHECK(hpcps_test::fused_against_plain<SmoothNet, SmoothPlain>(backend, Shape{2, 6, 6},
                                                                     {{3, 3, 1}, {}, {}, {}, {4}}, seed) < 1e-5);
+    }
+  }
+}
+
+namespace {
+
+// Batch normalization that never reads a convolution's channel-blocked output: nn::Sequential finds
+// no blocked pass (the name hides nn::BatchNorm's), so the layers run as they do without the
+// hand-over, the convolution's output converted to NCHW and its gradient back.
+struct NchwBatchNorm : nn::BatchNorm {
+  using nn::BatchNorm::BatchNorm;
+  void forward_from_blocked() = delete;
+};
+static_assert(nn::detail::consumes_blocked<nn::BatchNorm, Cpu, nn::Relu>::value &&
+              !nn::detail::consumes_blocked<NchwBatchNorm, Cpu, nn::Relu>::value &&
+              nn::detail::produces_blocked<nn::Conv2d, Cpu>::value);
+
+template <class BN>
+using WideBody = nn::Sequential<nn::Conv2d, BN, nn::Relu, nn::Conv2d, BN>;
+template <class BN>
+using WideResNet = nn::Sequential<nn::Conv2d, BN, nn::Relu, nn::Residual<WideBody<BN>>, nn::Relu,
+                                  nn::Residual<WideBody<BN>, nn::Sequential<nn::Conv2d, BN>>, nn::Relu,
+                                  nn::AvgPool2d, nn::Flatten, nn::Dense>;
+// The example's stages at 16 and 32 channels (oneDNN's blocks of 16) on 1 x 10 x 10 inputs.
+template <class BN>
+WideResNet<BN> wide_resnet() {
+  using Net = WideResNet<BN>;
+  using Block = std::tuple_element_t<3, typename Net::layer_types>;
+  using Down = std::tuple_element_t<5, typename Net::layer_types>;
+  return Net(Shape{1, 10, 10}, {{16, 3, 1},
+                                {},
+                                {},
+                                typename Block::Config{{{16, 3, 1}, {}, {}, {16, 3, 1}, {}}},
+                                {},
+                                typename Down::Config{{{32, 3, 1, 2}, {}, {}, {32, 3, 1}, {}}, {{32, 1, 0, 2}, {}}},
+                                {},
+                                {5},
+                                {},
+                                {3}});
+}
+
+// Loss and gradient of `count` samples, and the test loss of the same samples, in a workspace for
+// max_batch; `handed`: the stem's convolution never wrote its NCHW output in training (it kept it
+// blocked for the batch normalization after it).
+struct WideRun {
+  double loss = 0.0, test_loss = 0.0;
+  std::vector<float> grad;
+  bool handed = false;
+};
+template <class Net, class B>
+WideRun run_wide(const Net& net, const B& backend, std::size_t count, std::size_t max_batch) {
+  hpcps::data::Rng rng(17);
+  std::vector<float> params(net.parameter_count()), x(count * net.input_size());
+  std::vector<std::int32_t> y(count);
+  net.initialize(params.data(), 17);
+  for (float& v : params) v += 0.05f * hpcps::data::normal_float(rng);  // running moments off their start
+  for (float& v : x) v = hpcps::data::normal_float(rng);
+  for (auto& l : y) l = static_cast<std::int32_t>(hpcps::data::uniform_below(rng, net.output_size()));
+  auto ws = net.make_workspace(backend, max_batch);
+  // The stem convolution's NCHW output: NaN until written.
+  float* stem = B::data(ws.activations[0]);
+  const std::size_t stem_size = max_batch * net.output_shape(0).size();
+  std::fill(stem, stem + stem_size, std::nanf(""));
+  WideRun r;
+  r.grad.resize(params.size());
+  r.loss = net.gradient(backend, ws, params.data(), x.data(), y.data(), count, r.grad.data()).loss_sum;
+  r.handed = std::all_of(stem, stem + stem_size, [](float v) { return std::isnan(v); });
+  r.test_loss = net.evaluate(backend, ws, params.data(), x.data(), y.data(), count).loss_sum;
+  return r;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("convolutions that hand batch normalization their channel-blocked output change no float",
+                   "[residual][fusion]", Cpu, hpcps::backend::CpuEigen) {
+  // Every convolution of this ResNet is followed by batch normalization, and on backend::Cpu keeps
+  // its output in oneDNN's blocked layout for it (backend/channel_blocked.hpp). The loss, every
+  // gradient and the evaluation are the floats of the same network without the hand-over, also for
+  // a batch smaller than the workspace's (the end of an epoch: the rest of the blocked gradient
+  // must be zero for the weight gradient).
+  const auto handing = wide_resnet<nn::BatchNorm>();
+  const auto apart = wide_resnet<NchwBatchNorm>();
+  for (int threads : {1, 2}) {
+    const TestType backend(threads);
+    for (const auto& [count, max_batch] : {std::pair{std::size_t{5}, std::size_t{5}}, std::pair{std::size_t{3}, std::size_t{7}}}) {
+      INFO("threads " << threads << ", " << count << " samples in a workspace for " << max_batch);
+      const WideRun a = run_wide(handing, backend, count, max_batch), b = run_wide(apart, backend, count, max_batch);
+      CHECK(a.handed);
+      CHECK_FALSE(b.handed);
+      CHECK(a.loss == b.loss);
+      CHECK(a.grad == b.grad);
+      CHECK(a.test_loss == b.test_loss);
+      CHECK(a.test_loss != a.loss);  // evaluation normalised by the running moments, not the batch's
     }
   }
 }

@@ -34,4 +34,13 @@ struct conv2d_pools_after<M, Act, std::void_t<decltype(M::template pools_after<A
 template <class M, class Act>
 inline constexpr bool conv2d_pools_after_v = conv2d_pools_after<M, Act>::value;
 
+// Whether convolution method M can keep its output channel-blocked (the members above).
+template <class M, class = void>
+struct conv2d_hands_blocked : std::false_type {};
+template <class M>
+struct conv2d_hands_blocked<M, std::void_t<decltype(ChannelBlocked{std::declval<const M&>().blocked_output()})>>
+    : std::true_type {};
+template <class M>
+inline constexpr bool conv2d_hands_blocked_v = conv2d_hands_blocked<M>::value;
+
 }  // namespace hpcps::backend

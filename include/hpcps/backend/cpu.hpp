@@ -7,10 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/channel_blocked.hpp"
+#include "hpcps/backend/detail/batch_norm_blocked_kernels.hpp"
 #include "hpcps/backend/detail/batch_norm_kernels.hpp"
 #include "hpcps/backend/detail/cpu_layer_kernels.hpp"
 #include "hpcps/backend/detail/dnnl_conv2d.hpp"
@@ -242,6 +245,32 @@ class BasicCpu {
                                                         channels, pixels, affine});
   }
 
+  // The same two passes with x held channel-blocked (the convolution before the layer kept its
+  // output so: backend/channel_blocked.hpp): y and dy in NCHW, dx written blocked. The same floats
+  // as batch_norm_train and batch_norm_backward (backend/detail/batch_norm_blocked_kernels.hpp).
+  template <class Act = nn::Identity>
+  void batch_norm_train(ChannelBlocked x, std::size_t count, std::size_t channels, std::size_t pixels,
+                        const float* gamma, const float* beta, float epsilon, float* y, float* mean, float* inv_std,
+                        float* moments, float* affine = nullptr) const {
+    const std::size_t span = blocked_span(x, x, channels);
+    with_block(x.block, [&](auto block) {
+      over_channels(channels / (span * detail::batch_norm_group), span * detail::batch_norm_group * count * pixels,
+                    detail::BatchNormTrainBlocked<Act, decltype(block)::value>{
+                        x, gamma, beta, y, mean, inv_std, moments, count, channels, pixels, epsilon, affine, span});
+    });
+  }
+  template <class Act = nn::Identity>
+  void batch_norm_backward(ChannelBlocked x, const float* dy, std::size_t count, std::size_t channels,
+                           std::size_t pixels, const float* gamma, const float* mean, const float* inv_std,
+                           ChannelBlocked dx, float* dgamma, float* dbeta, const float* affine = nullptr) const {
+    const std::size_t span = blocked_span(x, dx, channels);
+    with_block(x.block, [&](auto block) {
+      over_channels(channels / (span * detail::batch_norm_group), span * detail::batch_norm_group * count * pixels,
+                    detail::BatchNormBackwardBlocked<Act, decltype(block)::value>{
+                        x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, count, channels, pixels, affine, span});
+    });
+  }
+
   // mask[i] = 1/keep with probability keep, else 0, as a function of (seed, first + i) only.
   void dropout_mask(float* mask, std::size_t n, float keep, std::uint64_t seed, std::size_t first) const {
     const auto total = static_cast<std::ptrdiff_t>(n);
@@ -261,6 +290,27 @@ class BasicCpu {
     const auto total = static_cast<std::ptrdiff_t>(count);
 #pragma omp parallel for num_threads(threads_) if (threads_ > 1 && count > 1 && count * per_sample > parallel_threshold)
     for (std::ptrdiff_t n = 0; n < total; ++n) body(static_cast<std::size_t>(n));
+  }
+
+  // Groups of 8 channels per work item of the blocked batch-norm kernels: a whole block where
+  // there are enough blocks for the threads (each pixel's cache line read once), else one group.
+  std::size_t blocked_span(ChannelBlocked x, ChannelBlocked other, std::size_t channels) const {
+    if (!x || !other || (x.block != 8 && x.block != 16) || other.block != x.block || channels % x.block != 0) {
+      throw Error(fmt::format("backend::Cpu: batch normalization over channel blocks of {} (and {}) needs blocks of "
+                              "8 or 16 channels that divide its {}",
+                              x.block, other.block, channels));
+    }
+    const std::size_t blocks = channels / x.block;
+    return blocks >= static_cast<std::size_t>(threads_) ? x.block / detail::batch_norm_group : 1;
+  }
+  // body(std::integral_constant<std::size_t, block>{}): the kernels' strides known to the compiler.
+  template <class Body>
+  static void with_block(std::size_t block, Body&& body) {
+    if (block == 16) {
+      body(std::integral_constant<std::size_t, 16>{});
+    } else {
+      body(std::integral_constant<std::size_t, 8>{});
+    }
   }
 
   template <class Body>

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "hpcps/backend/channel_blocked.hpp"
 #include "hpcps/data/random.hpp"
 #include "hpcps/nn/activation.hpp"
 #include "hpcps/nn/shape.hpp"
@@ -130,6 +131,42 @@ struct has_backward_pooled<L, B, Act, Pool,
                                (const float*)nullptr, (const float*)nullptr, (const float*)nullptr,
                                (const float*)nullptr, std::size_t{}, std::declval<const Pool&>(), (float*)nullptr,
                                (float*)nullptr))>> : std::true_type {};
+
+// And, for a layer that keeps its training output in a channel-blocked layout for the layer after
+// it (backend/channel_blocked.hpp): `blocked_output(ws)` (empty where this workspace keeps none),
+// `forward_blocked(backend, ws, params, x, count)`, `blocked_output_gradient(ws, count)` and
+// `backward_blocked(backend, ws, params, x, count, dx, grad)`...
+template <class L, class B, class = void>
+struct produces_blocked : std::false_type {};
+template <class L, class B>
+struct produces_blocked<
+    L, B,
+    std::void_t<decltype(backend::ChannelBlocked{std::declval<const L&>().blocked_output(
+                    std::declval<const typename L::template Workspace<B>&>())}),
+                decltype(std::declval<const L&>().forward_blocked(
+                    std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(), (const float*)nullptr,
+                    (const float*)nullptr, std::size_t{})),
+                decltype(backend::ChannelBlocked{std::declval<const L&>().blocked_output_gradient(
+                    std::declval<typename L::template Workspace<B>&>(), std::size_t{})}),
+                decltype(std::declval<const L&>().backward_blocked(
+                    std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(), (const float*)nullptr,
+                    (const float*)nullptr, std::size_t{}, (float*)nullptr, (float*)nullptr))>> : std::true_type {};
+// ...and for the layer that reads it: `forward_from_blocked<Act>(backend, ws, params, x, count, y)`
+// (training; y = Act(its output)) and `backward_to_blocked<Act>(backend, ws, params, x, dy, count,
+// dx, grad)` (dy: the gradient of Act's output; dx written blocked).
+template <class L, class B, class Act, class = void>
+struct consumes_blocked : std::false_type {};
+template <class L, class B, class Act>
+struct consumes_blocked<L, B, Act,
+                        std::void_t<decltype(std::declval<const L&>().template forward_from_blocked<Act>(
+                                        std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                                        (const float*)nullptr, backend::ChannelBlocked{}, std::size_t{},
+                                        (float*)nullptr)),
+                                    decltype(std::declval<const L&>().template backward_to_blocked<Act>(
+                                        std::declval<const B&>(), std::declval<typename L::template Workspace<B>&>(),
+                                        (const float*)nullptr, backend::ChannelBlocked{}, (const float*)nullptr,
+                                        std::size_t{}, backend::ChannelBlocked{}, (float*)nullptr))>>
+    : std::true_type {};
 
 template <class A, class = void>
 struct is_activation : std::false_type {};

@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/channel_blocked.hpp"
 #include "hpcps/data/random.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/activation.hpp"
@@ -339,6 +340,39 @@ class Sequential {
       return false;
     }
   }
+  // The activation layer I runs inside its forward / backward pass (the one after it), or Identity.
+  template <std::size_t I, bool Inside>
+  struct activation_inside {
+    using type = Identity;
+  };
+  template <std::size_t I>
+  struct activation_inside<I, true> {
+    using type = typename layer_type<I + 1>::activation_type;
+  };
+  template <class B, std::size_t I>
+  using forward_activation = activation_inside<I, fused_forward<B, I>()>;
+  template <class B, std::size_t I>
+  using backward_activation = activation_inside<I, fused_backward<B, I>()>;
+
+  // Layer I keeps its training output channel-blocked for layer I + 1, which reads it so and
+  // writes its input gradient back so (detail::produces_blocked, consumes_blocked): a convolution
+  // and the batch normalization after it on backend::Cpu. Neither takes part in another fusion but
+  // layer I + 1's with the activation after it. Whether a workspace hands over is known at run time
+  // (blocked_output): where it does not, the layers run as they would apart.
+  template <class B, std::size_t I>
+  static constexpr bool hands_blocked() {
+    if constexpr (I + 1 < layer_count) {
+      return detail::produces_blocked<layer_type<I>, B>::value &&
+             detail::consumes_blocked<layer_type<I + 1>, B, typename forward_activation<B, I + 1>::type>::value &&
+             detail::consumes_blocked<layer_type<I + 1>, B, typename backward_activation<B, I + 1>::type>::value &&
+             !fused_forward<B, I>() && !folds_previous<B, I>() && !fused_pooling<B, I>() &&
+             !folds_previous<B, I + 1>() && !fused_pooling<B, I + 1>() && !runs_inside_another<B, I>() &&
+             !runs_inside_another<B, I + 1>();
+    } else {
+      return false;
+    }
+  }
+
   // Layer I's passes run inside layer I - 1's or I - 2's.
   template <class B, std::size_t I>
   static constexpr bool runs_inside_another() {
@@ -365,6 +399,23 @@ class Sequential {
     if constexpr (runs_inside_another<B, I>()) return;
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     const auto& layer = std::get<I>(layers_);
+    if constexpr (hands_blocked<B, I>()) {
+      if (training && layer.blocked_output(std::get<I>(ws.layers))) {
+        layer.forward_blocked(backend, std::get<I>(ws.layers), params + offsets_[I], below, count);
+        return;
+      }
+    }
+    if constexpr (I > 0) {
+      if constexpr (hands_blocked<B, I - 1>()) {
+        const backend::ChannelBlocked blocked = std::get<I - 1>(layers_).blocked_output(std::get<I - 1>(ws.layers));
+        if (training && blocked) {
+          layer.template forward_from_blocked<typename forward_activation<B, I>::type>(
+              backend, std::get<I>(ws.layers), params + offsets_[I], blocked, count,
+              B::data(ws.activations[fused_forward<B, I>() ? I + 1 : I]));
+          return;
+        }
+      }
+    }
     if constexpr (fused_pooling<B, I>()) {
       layer.template forward_pooled<typename layer_type<I + 1>::activation_type>(
           backend, std::get<I>(ws.layers), params + offsets_[I], below, count, std::get<I + 2>(layers_),
@@ -405,6 +456,33 @@ class Sequential {
     const float* below = I == 0 ? x : B::data(ws.activations[I == 0 ? 0 : I - 1]);
     // A layer fused with the activation after it never stored its own output.
     const float* y = fused_forward<B, I>() ? nullptr : B::data(ws.activations[I]);
+    // Layer I - 1 kept its output blocked: this layer's input gradient goes into layer I - 1's
+    // buffer, not dx. (Where I is `lowest`, no dx is asked for: a caller that wants dx passes
+    // lowest 0.)
+    if constexpr (I > 0) {
+      if constexpr (hands_blocked<B, I - 1>()) {
+        const auto& producer = std::get<I - 1>(layers_);
+        auto& producer_ws = std::get<I - 1>(ws.layers);
+        const backend::ChannelBlocked blocked = producer.blocked_output(producer_ws);
+        if (blocked) {
+          layer.template backward_to_blocked<typename backward_activation<B, I>::type>(
+              backend, std::get<I>(ws.layers), params + offsets_[I], blocked, delta, count,
+              producer.blocked_output_gradient(producer_ws, count), grad + offsets_[I]);
+          if (layer.parameter_count() > 0) ready(offsets_[I]);
+          delta = dx;
+          return;
+        }
+      }
+    }
+    if constexpr (hands_blocked<B, I>()) {
+      if (layer.blocked_output(std::get<I>(ws.layers))) {
+        layer.backward_blocked(backend, std::get<I>(ws.layers), params + offsets_[I], below, count, dx,
+                               grad + offsets_[I]);
+        if (layer.parameter_count() > 0) ready(offsets_[I]);
+        delta = dx;
+        return;
+      }
+    }
     if constexpr (fused_pooling<B, I>()) {
       layer.template backward_pooled<typename layer_type<I + 1>::activation_type>(
           backend, std::get<I>(ws.layers), params + offsets_[I], below, B::data(ws.activations[I + 2]), delta, count,

@@ -17,6 +17,36 @@ namespace hpcps::backend::detail {
 // in vector registers instead of waiting on one chain of additions.
 inline constexpr std::size_t batch_norm_lanes = 8;
 
+// Channel c's scale and shift, y = x scale + shift (before the activation).
+struct BatchNormAffine {
+  float scale, shift;
+};
+
+// The end of a training pass over channel c, from its Lanes partial sums of x and x^2 (`m` values):
+// mean, 1 / sqrt(var + eps), the raw moments per sample and, where kept, scale and shift, written
+// through `k`'s pointers (k: a train kernel). Every layout's kernel ends here, so they give the
+// same floats from the same sums.
+template <class Kernel>
+HPCPS_HOST_DEVICE BatchNormAffine batch_norm_train_finish(const double* s, const double* q, double m, std::size_t c,
+                                                          const Kernel& k) {
+  double sum = 0.0, squares = 0.0;
+  for (std::size_t j = 0; j < batch_norm_lanes; ++j) sum += s[j], squares += q[j];
+  const double mu = sum / m;
+  const double var = fmax(squares / m - mu * mu, 0.0);
+  const double r = 1.0 / sqrt(var + static_cast<double>(k.epsilon));
+  const float scale = static_cast<float>(k.gamma[c] * r), shift = static_cast<float>(k.beta[c] - k.gamma[c] * mu * r);
+  if (k.affine != nullptr) {
+    k.affine[c] = scale;
+    k.affine[k.channels + c] = shift;
+  }
+  k.mean[c] = static_cast<float>(mu);
+  k.inv_std[c] = static_cast<float>(r);
+  const double per_sample = static_cast<double>(k.pixels);
+  k.moments[c] = static_cast<float>(sum / per_sample);
+  k.moments[k.channels + c] = static_cast<float>(squares / per_sample);
+  return {scale, shift};
+}
+
 // Training mode, channel c over the batch: mean, 1 / sqrt(var + eps) (the biased variance, as the
 // normalisation uses it), y = gamma (x - mean) / sqrt(var + eps) + beta, and the channel's two raw
 // moments summed over samples, moments[c] = sum_n mean_p x, moments[C + c] = sum_n mean_p x^2:
@@ -55,26 +85,12 @@ struct BatchNormTrainChannel {
         q[p - body] += v * v;
       }
     }
-    double sum = 0.0, squares = 0.0;
-    for (std::size_t j = 0; j < L; ++j) sum += s[j], squares += q[j];
-    const double mu = sum / m;
-    const double var = fmax(squares / m - mu * mu, 0.0);
-    const double r = 1.0 / sqrt(var + static_cast<double>(epsilon));
-    const float scale = static_cast<float>(gamma[c] * r), shift = static_cast<float>(beta[c] - gamma[c] * mu * r);
+    const BatchNormAffine a = batch_norm_train_finish(s, q, m, c, *this);
     for (std::size_t n = 0; n < count; ++n) {
       const float* in = x + (n * channels + c) * pixels;
       float* out = y + (n * channels + c) * pixels;
-      for (std::size_t p = 0; p < pixels; ++p) out[p] = Act::forward(in[p] * scale + shift);
+      for (std::size_t p = 0; p < pixels; ++p) out[p] = Act::forward(in[p] * a.scale + a.shift);
     }
-    if (affine != nullptr) {
-      affine[c] = scale;
-      affine[channels + c] = shift;
-    }
-    mean[c] = static_cast<float>(mu);
-    inv_std[c] = static_cast<float>(r);
-    const double per_sample = static_cast<double>(pixels);
-    moments[c] = static_cast<float>(sum / per_sample);
-    moments[channels + c] = static_cast<float>(squares / per_sample);
   }
 };
 
@@ -91,6 +107,42 @@ struct BatchNormInferElement {
     y[i] = gamma[c] * (x[i] - mu) / sqrtf(var + epsilon) + beta[c];
   }
 };
+
+// dx of one value from the normalisation's output gradient h and the input x, with channel c's
+// constants: k = gamma / sqrt(var + eps), mean(dy), mean(dy xhat), the mean and 1 / sqrt(var + eps).
+HPCPS_HOST_DEVICE inline float batch_norm_input_gradient(float h, float x, float k, float mean_dy, float mean_dy_xhat,
+                                                         float mu, float r) {
+  return k * (h - mean_dy - (x - mu) * r * mean_dy_xhat);
+}
+struct BatchNormInputGradient {
+  float k, mean_dy, mean_dy_xhat, mu, r;
+  HPCPS_HOST_DEVICE float operator()(float h, float x) const {
+    return batch_norm_input_gradient(h, x, k, mean_dy, mean_dy_xhat, mu, r);
+  }
+};
+
+// The end of a backward pass over channel c, from its Lanes partial sums of dy and dy x (`m`
+// values): dgamma and dbeta written through `k`'s pointers (k: a backward kernel), and the
+// constants of dx. Shared by every layout's kernel, as batch_norm_train_finish.
+template <class Kernel>
+HPCPS_HOST_DEVICE BatchNormInputGradient batch_norm_backward_finish(const double* s, const double* t, double m,
+                                                                    std::size_t c, const Kernel& k) {
+  const float mu = k.mean[c], r = k.inv_std[c];
+  double sum_dy = 0.0, sum_dy_x = 0.0;
+  for (std::size_t j = 0; j < batch_norm_lanes; ++j) sum_dy += s[j], sum_dy_x += t[j];
+  // sum dy xhat = r (sum dy x - mu sum dy): products of floats, exact in double.
+  const double sum_dy_xhat = static_cast<double>(r) * (sum_dy_x - static_cast<double>(mu) * sum_dy);
+  k.dgamma[c] = static_cast<float>(sum_dy_xhat);
+  k.dbeta[c] = static_cast<float>(sum_dy);
+  return {k.gamma[c] * r, static_cast<float>(sum_dy / m), static_cast<float>(sum_dy_xhat / m), mu, r};
+}
+
+// The gradient of the normalisation's output where activation Act follows it: g, the gradient of
+// Act's output, times Act' at Act(x scale + shift), recomputed from x (no pass reads Act's output).
+template <class Act>
+HPCPS_HOST_DEVICE float batch_norm_activated_gradient(float g, float x, float scale, float shift) {
+  return g * Act::derivative_from_output(Act::forward(x * scale + shift));
+}
 
 // Backward, channel c: dgamma = sum dy xhat, dbeta = sum dy and, unless dx is null,
 // dx = gamma / sqrt(var + eps) (dy - mean(dy) - xhat mean(dy xhat)), with the forward pass's
@@ -116,8 +168,6 @@ struct BatchNormBackwardChannel {
 
   HPCPS_HOST_DEVICE void operator()(std::size_t c) const {
     const double m = static_cast<double>(count) * static_cast<double>(pixels);
-    const float mu = mean[c], r = inv_std[c];
-    // sum dy xhat = r (sum dy x - mu sum dy): products of floats, exact in double.
     double s[batch_norm_lanes] = {}, t[batch_norm_lanes] = {};
     float scratch[chunk];
     const std::size_t step = activated ? chunk : pixels;  // without Act, a plane at once
@@ -129,14 +179,8 @@ struct BatchNormBackwardChannel {
         sum_into(s, t, p, len, in + p, through(g + p, in + p, len, c, scratch));
       }
     }
-    double sum_dy = 0.0, sum_dy_x = 0.0;
-    for (std::size_t j = 0; j < batch_norm_lanes; ++j) sum_dy += s[j], sum_dy_x += t[j];
-    const double sum_dy_xhat = static_cast<double>(r) * (sum_dy_x - static_cast<double>(mu) * sum_dy);
-    dgamma[c] = static_cast<float>(sum_dy_xhat);
-    dbeta[c] = static_cast<float>(sum_dy);
+    const BatchNormInputGradient d = batch_norm_backward_finish(s, t, m, c, *this);
     if (dx == nullptr) return;
-    const float k = gamma[c] * r, mean_dy = static_cast<float>(sum_dy / m),
-                mean_dy_xhat = static_cast<float>(sum_dy_xhat / m);
     for (std::size_t n = 0; n < count; ++n) {
       const float* in = x + (n * channels + c) * pixels;
       const float* g = dy + (n * channels + c) * pixels;
@@ -144,9 +188,7 @@ struct BatchNormBackwardChannel {
       for (std::size_t p = 0; p < pixels; p += step) {
         const std::size_t len = pixels - p < step ? pixels - p : step;
         const float* h = through(g + p, in + p, len, c, scratch);
-        for (std::size_t i = 0; i < len; ++i) {
-          out[p + i] = k * (h[i] - mean_dy - (in[p + i] - mu) * r * mean_dy_xhat);
-        }
+        for (std::size_t i = 0; i < len; ++i) out[p + i] = d(h[i], in[p + i]);
       }
     }
   }
@@ -157,9 +199,7 @@ struct BatchNormBackwardChannel {
                                          float* scratch) const {
     if constexpr (activated) {
       const float scale = affine[c], shift = affine[channels + c];
-      for (std::size_t i = 0; i < len; ++i) {
-        scratch[i] = g[i] * Act::derivative_from_output(Act::forward(in[i] * scale + shift));
-      }
+      for (std::size_t i = 0; i < len; ++i) scratch[i] = batch_norm_activated_gradient<Act>(g[i], in[i], scale, shift);
       return scratch;
     } else {
       (void)in, (void)len, (void)c, (void)scratch;

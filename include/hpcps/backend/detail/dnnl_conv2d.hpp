@@ -22,12 +22,14 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
+#include "hpcps/backend/channel_blocked.hpp"
 #include "hpcps/backend/window.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/activation.hpp"
@@ -201,6 +203,44 @@ class DnnlConv2d {
     if (own_diff_dst_weights_) reorder(m.to_weights_layout, diff_dst_.lib, diff_dst_weights_.lib);
     backward_from_library(params, x, count, dx, grad);
   }
+
+  // The convolution's output kept in oneDNN's channel-blocked buffer for the batch normalization
+  // after it, and that layer's input gradient taken back in the buffer the backward pass reads
+  // (nn::Sequential's training passes, docs/layers.md#fusion): the reorder of the output to NCHW
+  // and the one of its gradient back are not run, 2 of the 4 passes over the output tensor that
+  // each convolution of the ResNet spent converting layouts. Empty (the layers run apart) where
+  // oneDNN's output is not nChw16c or nChw8c of whole blocks, or its backward passes want another.
+  ChannelBlocked blocked_output() const {
+    return hands_blocked_ ? ChannelBlocked{static_cast<float*>(dst_.lib.get_data_handle()), block_}
+                          : ChannelBlocked{};
+  }
+  // forward() with the output left in blocked_output().
+  template <class Backend>
+  void forward_blocked(const Backend&, const float* params, const float* x, std::size_t count) {
+    require_blocked();
+    run_forward(forward_, params, x, count, nullptr);
+  }
+  // Where the layer after writes the gradient of the first `count` samples' output; the rest of the
+  // buffer is zeroed, as a partial batch runs as a full one.
+  ChannelBlocked blocked_output_gradient(std::size_t count) {
+    require_blocked();
+    check_count(count);
+    auto* data = static_cast<float*>(diff_dst_.lib.get_data_handle());
+    std::fill(data + count * output_size(), data + batch_ * output_size(), 0.0f);
+    return {data, block_};
+  }
+  // backward() from the gradient written into blocked_output_gradient(count).
+  template <class Backend>
+  void backward_blocked(const Backend&, const float* params, const float* x, std::size_t count, float* dx,
+                        float* grad) {
+    require_blocked();
+    if (count == 0) return;
+    check_count(count);
+    OmpThreadScope scope(threads_);
+    backward_from_library(params, x, count, dx, grad);
+  }
+  // Between steps: false keeps every output in NCHW (comparisons side by side: tests, bench).
+  void hand_blocked(bool on) { hands_blocked_ = on && block_ != 0; }
 
   // The implementation oneDNN chose for each primitive, e.g. "jit:avx512_core" (for reports).
   const std::string& forward_impl() const { return forward_impl_; }
@@ -410,6 +450,10 @@ class DnnlConv2d {
   std::size_t weight_count() const { return out_channels_ * g_.patch(); }
   std::size_t output_size() const { return out_channels_ * g_.out_pixels(); }
 
+  void require_blocked() const {
+    if (!hands_blocked_) throw Error("backend::Cpu: this convolution keeps no channel-blocked output");
+  }
+
   void check_count(std::size_t count) const {
     if (count > batch_) {
       throw Error(fmt::format("backend::Cpu convolution: batch of {} samples, the workspace holds {}", count, batch_));
@@ -465,6 +509,15 @@ class DnnlConv2d {
     if (own_weights_data_) weights_data_ = input(weights_md, bwd_data.weights_desc(), attr, scratch);
     diff_weights_ = output(weights_md, bwd_weights.diff_weights_desc(), attr, scratch);
     diff_src_ = output(src_md, bwd_data.diff_src_desc(), attr, scratch);
+    for (const auto& [b, layout] : {std::pair{std::size_t{16}, tag::nChw16c}, std::pair{std::size_t{8}, tag::nChw8c}}) {
+      const auto blocked = plain({n, o, oh, ow}, layout);
+      if (out_channels_ % b == 0 && dst_.converts && diff_dst_.converts && !own_diff_dst_weights_ &&
+          fwd.dst_desc() == blocked && bwd_data.diff_dst_desc() == blocked) {
+        block_ = b;
+        break;
+      }
+    }
+    hands_blocked_ = block_ != 0;
     bias_ = dnnl::memory(bias_md, engine, DNNL_MEMORY_NONE);
     diff_bias_ = dnnl::memory(bwd_weights.diff_bias_desc(), engine, DNNL_MEMORY_NONE);
     if (bwd_weights.diff_bias_desc() != bias_md) throw Error("backend::Cpu: oneDNN wants a blocked bias gradient");
@@ -550,6 +603,8 @@ class DnnlConv2d {
   std::vector<float> stage_in_, stage_dx_, stage_out_;
   std::optional<MaxPooled> max_pooled_;  // made at the first forward_max_pooled
   bool pool_in_library_ = true;
+  std::size_t block_ = 0;      // channels per block of dst_.lib and diff_dst_.lib where they hand over; else 0
+  bool hands_blocked_ = false;
 };
 
 }  // namespace hpcps::backend::detail

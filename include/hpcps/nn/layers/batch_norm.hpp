@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/channel_blocked.hpp"
 #include "hpcps/data/random.hpp"
 #include "hpcps/error.hpp"
 #include "hpcps/nn/shape.hpp"
@@ -35,6 +36,20 @@ struct has_activated_batch_norm<
                 decltype(std::declval<const B&>().template batch_norm_backward<Act>(
                     (const float*)nullptr, (const float*)nullptr, std::size_t{}, std::size_t{}, std::size_t{},
                     (const float*)nullptr, (const float*)nullptr, (const float*)nullptr, (float*)nullptr,
+                    (float*)nullptr, (float*)nullptr, (const float*)nullptr))>> : std::true_type {};
+// Backends with the training kernels over a channel-blocked input (backend::BasicCpu).
+template <class B, class Act, class = void>
+struct has_blocked_batch_norm : std::false_type {};
+template <class B, class Act>
+struct has_blocked_batch_norm<
+    B, Act,
+    std::void_t<decltype(std::declval<const B&>().template batch_norm_train<Act>(
+                    backend::ChannelBlocked{}, std::size_t{}, std::size_t{}, std::size_t{}, (const float*)nullptr,
+                    (const float*)nullptr, 1.0f, (float*)nullptr, (float*)nullptr, (float*)nullptr, (float*)nullptr,
+                    (float*)nullptr)),
+                decltype(std::declval<const B&>().template batch_norm_backward<Act>(
+                    backend::ChannelBlocked{}, (const float*)nullptr, std::size_t{}, std::size_t{}, std::size_t{},
+                    (const float*)nullptr, (const float*)nullptr, (const float*)nullptr, backend::ChannelBlocked{},
                     (float*)nullptr, (float*)nullptr, (const float*)nullptr))>> : std::true_type {};
 }  // namespace detail
 
@@ -111,6 +126,29 @@ class BatchNorm {
   template <class Act, class Backend, std::enable_if_t<detail::has_activated_batch_norm<Backend, Act>::value, int> = 0>
   void backward_activated(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
                           const float* /*y*/, const float* dy, std::size_t count, float* dx, float* grad) const {
+    const std::size_t c = shape_.channels;
+    backend.template batch_norm_backward<Act>(x, dy, count, c, shape_.pixels(), params, Backend::data(ws.mean),
+                                              Backend::data(ws.inv_std), dx, grad, grad + c,
+                                              Backend::data(ws.affine));
+    backend.copy(Backend::data(ws.moments), 2 * c, grad + 2 * c);
+  }
+
+  // The training passes over the channel-blocked output of the convolution before this layer
+  // (nn::Sequential, where that layer keeps one: docs/layers.md#fusion), y = Act(the normalisation)
+  // in NCHW and dx written blocked where the convolution's backward pass reads it: the floats of
+  // forward_activated<Act> and backward_activated<Act> (of forward and backward with Identity).
+  template <class Act, class Backend, std::enable_if_t<detail::has_blocked_batch_norm<Backend, Act>::value, int> = 0>
+  void forward_from_blocked(const Backend& backend, Workspace<Backend>& ws, const float* params,
+                            backend::ChannelBlocked x, std::size_t count, float* y) const {
+    const std::size_t c = shape_.channels;
+    backend.template batch_norm_train<Act>(x, count, c, shape_.pixels(), params, params + c, epsilon_, y,
+                                           Backend::data(ws.mean), Backend::data(ws.inv_std),
+                                           Backend::data(ws.moments), Backend::data(ws.affine));
+  }
+  template <class Act, class Backend, std::enable_if_t<detail::has_blocked_batch_norm<Backend, Act>::value, int> = 0>
+  void backward_to_blocked(const Backend& backend, Workspace<Backend>& ws, const float* params,
+                           backend::ChannelBlocked x, const float* dy, std::size_t count, backend::ChannelBlocked dx,
+                           float* grad) const {
     const std::size_t c = shape_.channels;
     backend.template batch_norm_backward<Act>(x, dy, count, c, shape_.pixels(), params, Backend::data(ws.mean),
                                               Backend::data(ws.inv_std), dx, grad, grad + c,

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "hpcps/backend/channel_blocked.hpp"
 #include "hpcps/backend/conv2d_method.hpp"
 #include "hpcps/backend/window.hpp"
 #include "hpcps/data/random.hpp"
@@ -89,6 +90,33 @@ class Conv2d {
                        const float* y, const float* dy, std::size_t count, const MaxPool2d& pool, float* dx,
                        float* grad) const {
     ws.method.template backward_max_pooled<Act>(backend, params, x, y, dy, count, pool.geometry(), dx, grad);
+  }
+
+  // The training output kept channel-blocked for the batch normalization after this layer, where
+  // the backend's method does so (backend::Cpu: docs/layers.md#fusion); empty where it does not.
+  // nn::Sequential then runs forward_blocked, lets the next layer read blocked_output() and write
+  // its input gradient into blocked_output_gradient(count), and runs backward_blocked.
+  template <class Backend, class Method = backend::conv2d_method_t<Backend>,
+            std::enable_if_t<backend::conv2d_hands_blocked_v<Method>, int> = 0>
+  backend::ChannelBlocked blocked_output(const Workspace<Backend>& ws) const {
+    return ws.method.blocked_output();
+  }
+  template <class Backend, class Method = backend::conv2d_method_t<Backend>,
+            std::enable_if_t<backend::conv2d_hands_blocked_v<Method>, int> = 0>
+  void forward_blocked(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                       std::size_t count) const {
+    ws.method.forward_blocked(backend, params, x, count);
+  }
+  template <class Backend, class Method = backend::conv2d_method_t<Backend>,
+            std::enable_if_t<backend::conv2d_hands_blocked_v<Method>, int> = 0>
+  backend::ChannelBlocked blocked_output_gradient(Workspace<Backend>& ws, std::size_t count) const {
+    return ws.method.blocked_output_gradient(count);
+  }
+  template <class Backend, class Method = backend::conv2d_method_t<Backend>,
+            std::enable_if_t<backend::conv2d_hands_blocked_v<Method>, int> = 0>
+  void backward_blocked(const Backend& backend, Workspace<Backend>& ws, const float* params, const float* x,
+                        std::size_t count, float* dx, float* grad) const {
+    ws.method.backward_blocked(backend, params, x, count, dx, grad);
   }
 
   // grad = [dW, db] summed over the batch (overwritten); dx = d(loss)/dx unless null.
