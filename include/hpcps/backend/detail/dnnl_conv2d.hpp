@@ -207,9 +207,9 @@ class DnnlConv2d {
   // The convolution's output kept in oneDNN's channel-blocked buffer for the batch normalization
   // after it, and that layer's input gradient taken back in the buffer the backward pass reads
   // (nn::Sequential's training passes, docs/layers.md#fusion): the reorder of the output to NCHW
-  // and the one of its gradient back are not run, 2 of the 4 passes over the output tensor that
-  // each convolution of the ResNet spent converting layouts. Empty (the layers run apart) where
-  // oneDNN's output is not nChw16c or nChw8c of whole blocks, or its backward passes want another.
+  // and the one of its gradient back are not run, 2 of the 4 layout conversions each convolution
+  // of the ResNet ran a step. Empty (the layers run apart) where oneDNN's output is not nChw16c or
+  // nChw8c of whole blocks, or its backward passes want another layout of its gradient.
   ChannelBlocked blocked_output() const {
     return hands_blocked_ ? ChannelBlocked{static_cast<float*>(dst_.lib.get_data_handle()), block_}
                           : ChannelBlocked{};
@@ -239,8 +239,6 @@ class DnnlConv2d {
     OmpThreadScope scope(threads_);
     backward_from_library(params, x, count, dx, grad);
   }
-  // Between steps: false keeps every output in NCHW (comparisons side by side: tests, bench).
-  void hand_blocked(bool on) { hands_blocked_ = on && block_ != 0; }
 
   // The implementation oneDNN chose for each primitive, e.g. "jit:avx512_core" (for reports).
   const std::string& forward_impl() const { return forward_impl_; }
@@ -603,7 +601,7 @@ class DnnlConv2d {
   std::vector<float> stage_in_, stage_dx_, stage_out_;
   std::optional<MaxPooled> max_pooled_;  // made at the first forward_max_pooled
   bool pool_in_library_ = true;
-  std::size_t block_ = 0;      // channels per block of dst_.lib and diff_dst_.lib where they hand over; else 0
+  std::size_t block_ = 0;  // channels per block of dst_.lib and diff_dst_.lib where they hand over; else 0
   bool hands_blocked_ = false;
 };
 
