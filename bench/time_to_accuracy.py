@@ -2,7 +2,10 @@
 """Time to accuracy on this machine: hpcps against PyTorch, same model (784-256-128-10, ReLU, or with
 --model cnn the network of examples/fashion_mnist_cnn),
 global batch (128), optimizer (SGD, momentum 0.9, constant learning rate 0.02) and data
-(Fashion-MNIST), in one run. Configurations:
+(Fashion-MNIST), in one run. --model resnet trains examples/fashion_mnist_resnet's network (width 16)
+with that example's recipe on both sides: Nesterov momentum 0.9 at 0.1 with a cosine decay to 0 over
+--max-epochs, weight decay 5e-4, training images shifted by up to 2 pixels and mirrored at random.
+Configurations:
 
   hpcps 2 ranks        examples/fashion_mnist_mlp --servers 0 (colocated: every rank a worker and
                        the server of its own shard, synchronous), mpiexec -n 2, 1 thread per rank
@@ -30,6 +33,10 @@ accuracy against training seconds (every run faded, the median run of each confi
 
     /usr/bin/python3 bench/time_to_accuracy.py --build build --repeats 5
     /usr/bin/python3 bench/time_to_accuracy.py --build build --repeats 1 --max-epochs 2 --target 0.80  # smoke
+    /usr/bin/python3 bench/time_to_accuracy.py --build build --model resnet --max-epochs 10 \
+        --configs "hpcps 2 ranks,PyTorch DDP 2 proc" --stop-at-target --out bench/results/time_to_accuracy_resnet.json
+
+The JSON and the plot are rewritten after every repeat, so a run cut short keeps what it measured.
 """
 import argparse
 import json
@@ -43,6 +50,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TRAIN_SAMPLES = 60000  # Fashion-MNIST training set
+
+# examples/fashion_mnist_resnet's recipe, spelled for the example and for the PyTorch peers.
+RESNET_WIDTH = 16
+RESNET_HPCPS_FLAGS = ["--optimizer", "nesterov", "--weight-decay", "5e-4", "--schedule", "cosine",
+                      "--augment-shift", "2", "--augment-flip", "true"]
+RESNET_PEER_FLAGS = ["--width", str(RESNET_WIDTH), "--nesterov", "--weight-decay", "5e-4", "--schedule", "cosine",
+                     "--augment-shift", "2", "--augment-flip"]
+# Per model: the defaults of --target and --lr.
+DEFAULTS = {"mlp": (0.88, 0.02), "cnn": (0.88, 0.02), "resnet": (0.93, 0.1)}
 
 CONFIGS = ["hpcps 2 ranks", "hpcps 1 rank", "PyTorch DDP 2 proc", "PyTorch 1 thread", "PyTorch 2 threads"]
 HPCPS_2 = CONFIGS[0]
@@ -103,8 +119,9 @@ def run_hpcps(args, ranks, seed, tmp):
     if os.path.exists(report_path):
         os.remove(report_path)
     cmd = ["mpiexec", "-iface", "lo", "-n", str(ranks), os.path.join(args.build, "examples", f"fashion_mnist_{args.model}"),
-           "--servers", "0", "--batch", str(args.batch), "--optimizer", "momentum", "--lr", str(args.lr),
-           "--momentum", "0.9", "--schedule", "constant", "--evaluations-per-epoch", str(args.evaluations_per_epoch),
+           "--servers", "0", "--batch", str(args.batch), "--lr", str(args.lr), "--momentum", "0.9"]
+    cmd += RESNET_HPCPS_FLAGS if args.model == "resnet" else ["--optimizer", "momentum", "--schedule", "constant"]
+    cmd += ["--evaluations-per-epoch", str(args.evaluations_per_epoch),
            "--epochs", str(args.max_epochs), "--threads", "1", "--seed", str(seed), "--report", report_path]
     env = thread_env(1, 1, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout))
     _, wall = execute(cmd, env, args.timeout + 30)
@@ -125,6 +142,7 @@ def peer_evaluations(stdout):
 def peer_common(args, seed):
     cmd = ["--model", args.model, "--epochs", str(args.max_epochs), "--batch", str(args.batch), "--lr", str(args.lr),
            "--seed", str(seed), "--evaluations-per-epoch", str(args.evaluations_per_epoch)]
+    cmd += RESNET_PEER_FLAGS if args.model == "resnet" else []
     return cmd + (["--target-accuracy", str(args.target)] if args.stop_at_target else [])
 
 
@@ -192,7 +210,7 @@ def median_run(runs):
     return ordered[(len(ordered) - 1) // 2]
 
 
-def plot(path, runs, target, model="mlp", batch=128):
+def plot(path, runs, target, model="mlp", batch=128, rule="SGD momentum 0.9"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -213,7 +231,8 @@ def plot(path, runs, target, model="mlp", batch=128):
     ax.set_ylim(max(lowest - 0.01, target - 0.15), None)
     ax.set_xlabel("training seconds (evaluation excluded)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Fashion-MNIST {model.upper()}, batch {batch}, SGD momentum 0.9: time to {target:.2f} (median run bold)")
+    ax.set_title(f"Fashion-MNIST {'ResNet' if model == 'resnet' else model.upper()}, batch {batch}, {rule}: "
+                 f"time to {target:.2f} (median run bold)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
@@ -223,16 +242,17 @@ def plot(path, runs, target, model="mlp", batch=128):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build", help="build folder holding examples/fashion_mnist_mlp")
-    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+    p.add_argument("--build", default="build", help="build folder holding the example of --model")
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet"], default="mlp",
                    help="mlp: examples/fashion_mnist_mlp's 784-256-128-10; cnn: examples/fashion_mnist_cnn's network "
-                        "with its default sizes (the peers build the same, bench/peers/pytorch_mlp.py)")
+                        "with its default sizes; resnet: examples/fashion_mnist_resnet's, width 16, with its recipe "
+                        "(the peers build the same, bench/peers/pytorch_mlp.py)")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--target", type=float, default=0.88, help="test accuracy to reach")
+    p.add_argument("--target", type=float, default=None, help="test accuracy to reach (0.88; resnet 0.93)")
     p.add_argument("--max-epochs", type=int, default=15, help="epochs every run trains at most")
     p.add_argument("--evaluations-per-epoch", type=int, default=4)
     p.add_argument("--batch", type=int, default=128, help="global batch")
-    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--lr", type=float, default=None, help="learning rate (0.02; resnet 0.1, the start of its cosine)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fixed-seed", action="store_true", help="the same seed in every repeat")
     p.add_argument("--stop-at-target", action="store_true",
@@ -242,13 +262,16 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "results", "time_to_accuracy.json"))
     p.add_argument("--plot", default=None, help="PNG path (default: --out with .png)")
     args = p.parse_args()
+    args.target = DEFAULTS[args.model][0] if args.target is None else args.target
+    args.lr = DEFAULTS[args.model][1] if args.lr is None else args.lr
     names = [n.strip() for n in args.configs.split(",")]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         p.error(f"unknown configurations {unknown}; choose from {CONFIGS}")
-    binary = os.path.join(args.build, "examples", "fashion_mnist_mlp")
+    program = f"fashion_mnist_{args.model}"
+    binary = os.path.join(args.build, "examples", program)
     if any(n.startswith("hpcps") for n in names) and not os.access(binary, os.X_OK):
-        p.error(f"{binary} not found: build the fashion_mnist_mlp target in --build")
+        p.error(f"{binary} not found: build the {program} target in --build")
     runs = {n: [] for n in names}
     load_before = os.getloadavg()
     started = time.perf_counter()
@@ -264,8 +287,11 @@ def main():
                 print(f"repeat {r + 1} {name}: to {args.target}: " + (f"{t:.2f} s" if t is not None else "not reached")
                       + f", final {result['final_test_accuracy']:.4f}, {result['samples_per_second']:,.0f} samples/s",
                       file=sys.stderr, flush=True)
-    total = time.perf_counter() - started
+            report(args, names, runs, r + 1, load_before, time.perf_counter() - started, last=r + 1 == args.repeats)
 
+
+def report(args, names, runs, repeats, load_before, total, last):
+    """Writes the JSON and the plot of the repeats so far; prints the tables after the last."""
     results = {}
     for name in names:
         rs = runs[name]
@@ -291,7 +317,9 @@ def main():
                                            capture_output=True, text=True).stdout.strip(),
            "target": args.target, "max_epochs": args.max_epochs,
            "evaluations_per_epoch": args.evaluations_per_epoch, "batch": args.batch, "lr": args.lr, "momentum": 0.9,
-           "schedule": "constant", "repeats": args.repeats, "seeds": "fixed" if args.fixed_seed else "seed + repeat",
+           "schedule": "cosine" if args.model == "resnet" else "constant",
+           "recipe": RESNET_HPCPS_FLAGS if args.model == "resnet" else None, "repeats": repeats,
+           "seeds": "fixed" if args.fixed_seed else "seed + repeat",
            "stop_at_target": args.stop_at_target, "build": args.build,
            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "cpus": os.cpu_count(),
            "load_average_before": load_before, "load_average_after": os.getloadavg(), "total_seconds": total,
@@ -300,15 +328,18 @@ def main():
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     plot_path = args.plot or os.path.splitext(args.out)[0] + ".png"
-    plot(plot_path, runs, args.target, args.model, args.batch)
+    plot(plot_path, runs, args.target, args.model, args.batch,
+         "Nesterov 0.9, cosine, weight decay, augmentation" if args.model == "resnet" else "SGD momentum 0.9")
+    if not last:
+        return
 
-    print(f"Time to {args.target} test accuracy (training seconds, evaluation excluded), {args.repeats} repeat(s), "
+    print(f"Time to {args.target} test accuracy (training seconds, evaluation excluded), {repeats} repeat(s), "
           f"at most {args.max_epochs} epochs: median (min-max)\n")
     print("| configuration | time to target s | reached | epoch at target | final test accuracy | samples/s |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in names:
         s = results[name]
-        print(f"| {name} | {fmt(s['time_to_target_seconds'])} | {s['reached']}/{args.repeats} | "
+        print(f"| {name} | {fmt(s['time_to_target_seconds'])} | {s['reached']}/{repeats} | "
               f"{fmt(s['epoch_at_target'])} | {fmt(s['final_test_accuracy'], 4)} | {fmt(s['samples_per_second'], 0)} |")
     if ratios:
         print("\n| time-to-target ratio (per repeat) | median (min-max) |")

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """The data-parallel PyTorch peer: DistributedDataParallel with the gloo backend on N processes of
 this machine (default 2), launched by this script, each with --threads intra-op threads (default 1).
-Same models (784-256-128-10 ReLU, or --model cnn), data loading and optimizer as bench/peers/pytorch_mlp.py: global
-batch --batch split evenly across the processes (each takes its DistributedSampler shard,
-reshuffled every epoch), SGD with momentum 0.9, constant learning rate; DDP averages gradients,
-so one step equals a single-process step on the global batch.
+Same models (784-256-128-10 ReLU, or --model cnn or resnet), data loading, optimizer and recipe options as
+bench/peers/pytorch_mlp.py: global batch --batch split evenly across the processes (each takes its
+DistributedSampler shard, reshuffled every epoch), SGD with momentum 0.9, by default a constant
+learning rate (--nesterov, --weight-decay, --schedule cosine, --augment-shift, --augment-flip as the
+ResNet example trains); DDP averages gradients, so one step equals a single-process step on the
+global batch. Batch normalization normalizes each process's share of the batch by its own statistics,
+and the running statistics are rank 0's (DDP broadcasts its buffers before each forward pass).
 
 Rank 0 evaluates the test set --evaluations-per-epoch times per epoch, at the clocks
 hpcps::ps::train uses (the other ranks wait for it at their next allreduce, as hpcps workers wait
@@ -27,7 +30,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_mlp import add_model_arguments, build_model, evaluation_clocks, load  # noqa: E402  (same data, models, schedule)
+from pytorch_mlp import (add_model_arguments, add_recipe_arguments, augment, build_model,  # noqa: E402  (same data,
+                         evaluation_clocks, load, make_optimizer)  # models, update rules and evaluation clocks)
 
 
 def free_port():
@@ -55,11 +59,12 @@ def train(rank, args):
     batch = args.batch // n
     model = build_model(args)
     ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     sampler = torch.utils.data.distributed.DistributedSampler(range(x.shape[0]), num_replicas=n, rank=rank,
                                                               shuffle=True, seed=args.seed, drop_last=False)
     clocks = (len(sampler) + batch - 1) // batch  # the same on every rank: shards are padded to equal size
+    opt, schedule = make_optimizer(args, ddp.parameters(), args.epochs * clocks)
+    torch.manual_seed(args.seed * 1000 + rank)  # each rank its own augmentation draws
     at = evaluation_clocks(clocks, args.evaluations_per_epoch)
     stop = torch.zeros(1)
     train_seconds, samples = 0.0, 0
@@ -71,16 +76,17 @@ def train(rank, args):
         for c, b in enumerate(range(0, order.shape[0], batch), start=1):
             idx = order[b:b + batch]
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(x[idx]), y[idx])
+            loss = loss_fn(ddp(augment(args, x[idx])), y[idx])
             loss.backward()
             opt.step()
+            schedule.step()
             samples += idx.shape[0] * n  # every rank trains an equal share
             if c not in at:
                 continue
             # Evaluation (and agreeing whether to stop) is not training time.
             train_seconds += time.perf_counter() - start
             if rank == 0:
-                model.eval()  # dropout off
+                model.eval()  # dropout off, batch normalization by its running statistics
                 with torch.no_grad():
                     out = model(tx)
                     accuracy = (out.argmax(1) == ty).float().mean().item()
@@ -116,6 +122,7 @@ def main():
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="stop at the first evaluation with at least this test accuracy")
     add_model_arguments(p)
+    add_recipe_arguments(p)
     args = p.parse_args()
     # The children are fresh interpreters (spawn): OpenBLAS and OpenMP read these when they load.
     # A caller's explicit setting wins; otherwise one thread pool of --threads per process.

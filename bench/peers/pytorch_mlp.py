@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The PyTorch peer: 784-256-128-10 (ReLU) on Fashion-MNIST, or with --model cnn the CNN of
 examples/fashion_mnist_cnn, or with --model resnet the ResNet of examples/fashion_mnist_resnet, SGD
-with momentum (--nesterov, --weight-decay as the ResNet example uses them), the same batch and learning rate as
+with momentum (--nesterov, --weight-decay, --schedule cosine and --augment-shift/--augment-flip as the ResNet
+example uses them), the same batch and learning rate as
 bench/local_training, on a given number of threads. Prints one JSON line per
 epoch: training seconds (data already in memory as tensors), samples, test accuracy. Uses Debian's
 python3-torch: run with /usr/bin/python3.
@@ -14,6 +15,7 @@ bench/time_to_accuracy.py). Without these options its output is as it always was
 import argparse
 import gzip
 import json
+import math
 import os
 import time
 
@@ -88,6 +90,50 @@ def evaluation_clocks(clocks, evaluations_per_epoch):
     return {c for c in range(1, clocks + 1) if c == clocks or c % every == 0}
 
 
+def add_recipe_arguments(p):
+    """The update rule, schedule and augmentation of hpcps's examples, so both sides train alike:
+    --nesterov and --weight-decay as optim::MomentumSgd takes them, --schedule cosine as
+    optim::Schedule::cosine (from --lr to 0 along half a cosine over all the run's steps, one step
+    per update), --augment-shift/--augment-flip as data::Augmentation (each image translated by
+    -s..s pixels in each direction with zeros shifted in, then mirrored with probability 1/2)."""
+    p.add_argument("--nesterov", action="store_true", help="Nesterov momentum (the ResNet example's optimizer)")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
+    p.add_argument("--augment-shift", type=int, default=0, help="translate training images by up to N pixels")
+    p.add_argument("--augment-flip", action="store_true", help="mirror training images left-right at random")
+
+
+def make_optimizer(args, parameters, steps):
+    """SGD with momentum 0.9 and the recipe's options; the scheduler is stepped once per update."""
+    opt = torch.optim.SGD(parameters, lr=args.lr, momentum=0.9, nesterov=args.nesterov,
+                          weight_decay=args.weight_decay)
+    if args.schedule == "cosine":
+        total = max(1, steps)
+        factor = lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total)) if s < total else 0.0  # noqa: E731
+    else:
+        factor = lambda s: 1.0  # noqa: E731
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def augment(args, images, side=28):
+    """The batch `images` (rows of side*side floats) translated and mirrored at random; the rows
+    themselves when the recipe has no augmentation."""
+    shift = args.augment_shift
+    if shift <= 0 and not args.augment_flip:
+        return images
+    b = images.shape[0]
+    padded = torch.nn.functional.pad(images.view(b, side, side), (shift, shift, shift, shift))
+    ar = torch.arange(side)
+    dy = torch.randint(-shift, shift + 1, (b, 1))
+    dx = torch.randint(-shift, shift + 1, (b, 1))
+    cols = ar.expand(b, side)
+    if args.augment_flip:
+        cols = torch.where(torch.rand(b, 1) < 0.5, side - 1 - cols, cols)
+    rows = ar.expand(b, side) + dy + shift
+    cols = cols + dx + shift
+    return padded[torch.arange(b).view(b, 1, 1), rows.view(b, side, 1), cols.view(b, 1, side)].reshape(b, side * side)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -97,13 +143,12 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train-samples", type=int, default=0, help="train on the first N samples only; 0: all")
-    p.add_argument("--nesterov", action="store_true", help="Nesterov momentum (the ResNet example's optimizer)")
-    p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--evaluations-per-epoch", type=int, default=0,
                    help="0: evaluate once per epoch, print epoch lines only (the default output)")
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="stop at the first evaluation with at least this test accuracy")
     add_model_arguments(p)
+    add_recipe_arguments(p)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -112,10 +157,9 @@ def main():
         x, y = x[:args.train_samples], y[:args.train_samples]
     tx, ty = load(args.data, "t10k")
     model = build_model(args)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=args.nesterov,
-                          weight_decay=args.weight_decay)
     loss_fn = torch.nn.CrossEntropyLoss()
     clocks = (x.shape[0] + args.batch - 1) // args.batch
+    opt, schedule = make_optimizer(args, model.parameters(), args.epochs * clocks)
     at = evaluation_clocks(clocks, args.evaluations_per_epoch) if args.evaluations_per_epoch > 0 else {clocks}
     train_seconds, samples = 0.0, 0
     for epoch in range(args.epochs):
@@ -126,9 +170,10 @@ def main():
         for c, b in enumerate(range(0, x.shape[0], args.batch), start=1):
             idx = order[b:b + args.batch]
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[idx]), y[idx])
+            loss = loss_fn(model(augment(args, x[idx])), y[idx])
             loss.backward()
             opt.step()
+            schedule.step()
             samples += idx.shape[0]
             if c not in at:
                 continue
