@@ -1,0 +1,98 @@
+#pragma once
+// Top-k sparsification with error feedback (Stich, Cordonnier and Jaggi 2018, "Sparsified SGD with
+// memory"; Lin et al. 2018, "Deep Gradient Compression"): of a gradient piece plus what earlier
+// pushes held back (the worker's residual), only the k elements of largest magnitude travel, as
+// (index, value) pairs; the others stay in the residual and join the next gradient. Nothing of a
+// gradient is lost, only delayed: every element of gradient + residual (their fp32 sum) goes whole
+// either into the message or into the new residual, so, element by element and exactly,
+//
+//     sent + new residual == fl(gradient + old residual).
+//
+// Here: the selection on the worker and the server's sum of sparse pieces, with no MPI in them.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "hpcps/error.hpp"
+
+namespace hpcps::ps {
+
+// Elements a piece of n sends at `ratio` (in (0, 1]): ceil(ratio * n), at least one of a non-empty
+// piece, so every piece's message has a size both sides know before it travels.
+inline std::size_t top_k_count(double ratio, std::size_t n) {
+  if (!(ratio > 0.0 && ratio <= 1.0)) {
+    throw Error(fmt::format("ps::top_k_count: the ratio must be in (0, 1], got {}", ratio));
+  }
+  if (n == 0) return 0;
+  const auto k = static_cast<std::size_t>(std::ceil(ratio * static_cast<double>(n)));
+  return std::clamp<std::size_t>(k, 1, n);
+}
+
+// Selects and sends the top k of pieces up to `max_piece` elements, with buffers sized once: a
+// selection allocates nothing.
+class TopKSelector {
+ public:
+  explicit TopKSelector(std::size_t max_piece = 0) : order_(max_piece) {}
+
+  // residual[i] += gradient[i] for i < n, then the k elements of largest magnitude leave: their
+  // indices plus `base` into indices[0, k) in ascending order, their values into values[0, k),
+  // and 0 where they were in the residual. Ties in magnitude go to the lower index, and a NaN
+  // counts as larger than any number, so a diverged gradient still travels. k <= n.
+  void compress(const float* gradient, float* residual, std::size_t n, std::size_t k, std::uint32_t base,
+                std::uint32_t* indices, float* values) {
+    if (k > n) throw Error(fmt::format("ps::TopKSelector: {} of {} elements asked for", k, n));
+    if (n > order_.size()) {
+      throw Error(fmt::format("ps::TopKSelector: a piece of {} elements exceeds the {} it was made for", n,
+                              order_.size()));
+    }
+    if (static_cast<std::uint64_t>(base) + n > std::numeric_limits<std::uint32_t>::max()) {
+      throw Error(fmt::format("ps::TopKSelector: indices up to {} do not fit 32 bits", base + n));
+    }
+    for (std::size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+    if (k == 0) return;
+    std::uint32_t* order = order_.data();
+    std::iota(order, order + n, std::uint32_t{0});
+    if (k < n) {
+      // The bits of |x| order magnitudes as unsigned integers (NaNs above inf): a strict total order
+      // with the index as tie-break, so the selected set depends on the values alone.
+      const auto larger = [residual](std::uint32_t a, std::uint32_t b) {
+        const std::uint32_t ma = magnitude(residual[a]), mb = magnitude(residual[b]);
+        return ma > mb || (ma == mb && a < b);
+      };
+      std::nth_element(order, order + (k - 1), order + n, larger);
+      std::sort(order, order + k);
+    }
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::uint32_t i = order[j];
+      indices[j] = base + i;
+      values[j] = residual[i];
+      residual[i] = 0.0f;
+    }
+  }
+
+ private:
+  static std::uint32_t magnitude(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u & 0x7FFFFFFFu;
+  }
+  std::vector<std::uint32_t> order_;
+};
+
+// dense[indices[j] - base] += values[j] for j < k: one sparse piece added into a dense sum. Adding
+// each worker's piece in worker-rank order gives, element by element, the sum of the dense
+// vectors the pieces stand for in that order (an element a piece does not name is a zero, and
+// adding zero changes no sum but the sign of a zero), so a sparse sum reproduces the dense one.
+inline void scatter_add(const std::uint32_t* indices, const float* values, std::size_t k, std::uint32_t base,
+                        float* dense) {
+  for (std::size_t j = 0; j < k; ++j) dense[indices[j] - base] += values[j];
+}
+
+}  // namespace hpcps::ps
