@@ -14,7 +14,9 @@ hpcps::ps::train uses (the other ranks wait for it at their next allreduce, as h
 for worker 0), and prints one JSON line per evaluation: fractional epoch, training seconds so far
 excluding evaluation time, samples trained (all ranks), test accuracy and loss. A last line,
 "type": "summary", gives the totals. --target-accuracy stops all ranks at the first evaluation
-that reaches it. Uses Debian's python3-torch:
+that reaches it. --fp16-hook sends the gradients in fp16 (DDP's fp16_compress_hook).
+--launcher mpiexec makes each process one rank of an mpiexec launch instead, so the processes can
+run on different (pretend) nodes: bench/link_study.py. Uses Debian's python3-torch:
 
     /usr/bin/python3 bench/peers/pytorch_ddp.py --processes 2 --epochs 15 --evaluations-per-epoch 4
 """
@@ -42,7 +44,8 @@ def free_port():
 
 def worker(rank, args, port):
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.processes)
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{port}", rank=rank,
+                            world_size=args.processes)
     try:
         train(rank, args)
     finally:
@@ -59,6 +62,10 @@ def train(rank, args):
     batch = args.batch // n
     model = build_model(args)
     ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters
+    if args.fp16_hook:
+        # Gradients travel as fp16 and are averaged in it (PyTorch's own compression hook).
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     loss_fn = torch.nn.CrossEntropyLoss()
     sampler = torch.utils.data.distributed.DistributedSampler(range(x.shape[0]), num_replicas=n, rank=rank,
                                                               shuffle=True, seed=args.seed, drop_last=False)
@@ -113,6 +120,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--launcher", choices=["spawn", "mpiexec"], default="spawn",
+                   help="spawn: this script starts --processes processes here; mpiexec: this process is one "
+                        "rank of an mpiexec launch (PMI_RANK, PMI_SIZE), e.g. across scripts/pretend_nodes")
+    p.add_argument("--master-addr", default="127.0.0.1", help="where rank 0 listens (the address of node 1)")
+    p.add_argument("--master-port", type=int, default=29533, help="with --launcher mpiexec (spawn picks a free one)")
+    p.add_argument("--fp16-hook", action="store_true", help="DDP's fp16_compress_hook: gradients travel as fp16")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     p.add_argument("--epochs", type=int, default=15, help="at most this many epochs")
     p.add_argument("--batch", type=int, default=128, help="global batch, split evenly across the processes")
@@ -129,6 +142,13 @@ def main():
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if args.launcher == "mpiexec":
+        if "PMI_RANK" not in os.environ or "PMI_SIZE" not in os.environ:
+            sys.exit("pytorch_ddp.py: --launcher mpiexec needs PMI_RANK and PMI_SIZE (run it under mpiexec)")
+        args.processes = int(os.environ["PMI_SIZE"])
+        torch.set_num_threads(args.threads)
+        worker(int(os.environ["PMI_RANK"]), args, args.master_port)
+        return
     mp.spawn(worker, args=(args, free_port()), nprocs=args.processes, join=True)
 
 

@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""Time to accuracy across pretend nodes joined by a throttled link (scripts/pretend_nodes: network
+namespaces, veth links limited by tc to --rate, 1 Gbit/s by default): which wire format reaches the
+accuracy first when the push and the pull cross a slow link, against PyTorch DDP over the same link.
+
+Same model, data, global batch (128), optimizer (SGD, momentum 0.9, constant learning rate 0.02) and
+evaluation schedule as bench/time_to_accuracy.py (--model mlp: target 0.88; --model cnn: 0.91), one
+thread per process. Configurations (--configs picks some):
+
+  hpcps <wire> colocated   2 nodes, 1 rank each, --servers 0: each node a worker and the server
+                           of half the parameters; every clock half of each push and pull crosses
+  hpcps <wire> dedicated   3 nodes, --servers 1: 2 worker nodes and 1 server node; every push and
+                           pull crosses
+  DDP fp32, DDP fp16 hook  bench/peers/pytorch_ddp.py, 2 nodes, 1 process each, gloo over the
+                           link; with DDP's fp16_compress_hook or without
+
+<wire> is fp32, bf16 or fp16: pushes and pulls in that format (--wire and --pull-wire of the
+example). Every run trains at most --max-epochs (the PyTorch runs stop at the target with
+--stop-at-target); runs are interleaved, the order rotated each repeat; the seed is --seed + repeat
+for every configuration. Per configuration: the training seconds to the target (evaluation
+excluded), the final accuracy and samples/s, median and min-max; per hpcps configuration its
+ratio to hpcps fp32 of the same layout and to the faster DDP, per repeat. JSON (--out) and a PNG
+of accuracy against training seconds (--plot).
+
+    /usr/bin/python3 bench/link_study.py --build build --repeats 5
+    /usr/bin/python3 bench/link_study.py --build build --repeats 1 --max-epochs 1 --target 0.7   # smoke
+
+Needs root and iproute2 (scripts/pretend_nodes check); the JSON and the plot are rewritten after
+every repeat.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from time_to_accuracy import outcome, recorded, summary, fmt  # noqa: E402  (the same figures per run)
+
+NODES = os.path.join(REPO, "scripts", "pretend_nodes")
+WIRES = ["fp32", "bf16", "fp16"]
+LAYOUTS = {"colocated": (2, 0), "dedicated": (3, 1)}  # nodes, servers
+CONFIGS = [f"hpcps {w} {layout}" for layout in LAYOUTS for w in WIRES] + ["DDP fp32", "DDP fp16 hook"]
+TARGETS = {"mlp": 0.88, "cnn": 0.91}
+
+
+def link_env(args, **extra):
+    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MPIEXEC_TIMEOUT=str(args.timeout),
+                **extra)
+
+
+def pretend(args, nodes):
+    return [NODES, "run", "--nodes", str(nodes), "--rate", args.rate, "--delay", args.delay, "--"]
+
+
+def execute(cmd, env, timeout):
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return proc.stdout, wall
+
+
+def run_hpcps(args, name, seed, tmp):
+    _, wire, layout = name.split()
+    nodes, servers = LAYOUTS[layout]
+    report_path = os.path.join(tmp, "hpcps.json")
+    if os.path.exists(report_path):
+        os.remove(report_path)
+    program = os.path.join(args.build, "examples", f"fashion_mnist_{args.model}")
+    cmd = pretend(args, nodes) + [
+        program, "--servers", str(servers), "--batch", str(args.batch), "--optimizer", "momentum", "--lr", str(args.lr),
+        "--momentum", "0.9", "--schedule", "constant", "--wire", wire, "--pull-wire", wire,
+        "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--epochs", str(args.max_epochs), "--threads", "1",
+        "--seed", str(seed), "--report", report_path]
+    stdout, wall = execute(cmd, link_env(args), args.timeout + 60)
+    with open(report_path) as f:
+        report = json.load(f)
+    banner = next((line for line in stdout.splitlines() if line.startswith("hpcps ")), "")
+    return outcome(report["evaluations"], args.target, wall,
+                   {"command": recorded(cmd), "seed": seed, "banner": banner,
+                    "report_samples_per_second": report["samples_per_second"]})
+
+
+def run_ddp(args, name, seed):
+    cmd = pretend(args, 2) + [
+        sys.executable, os.path.join(HERE, "peers", "pytorch_ddp.py"), "--launcher", "mpiexec", "--master-addr",
+        "10.223.0.1", "--threads", "1", "--model", args.model, "--epochs", str(args.max_epochs), "--batch",
+        str(args.batch), "--lr", str(args.lr), "--seed", str(seed), "--evaluations-per-epoch",
+        str(args.evaluations_per_epoch)]
+    cmd += ["--fp16-hook"] if name == "DDP fp16 hook" else []
+    cmd += ["--target-accuracy", str(args.target)] if args.stop_at_target else []
+    stdout, wall = execute(cmd, link_env(args, GLOO_SOCKET_IFNAME="hpn0"), args.timeout + 60)
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    evaluations = [e for e in lines if e.get("type") == "evaluation"]
+    return outcome(evaluations, args.target, wall, {"command": recorded(cmd), "seed": seed})
+
+
+def per_repeat_ratio(runs, a, b):
+    return [x["time_to_target_seconds"] / y["time_to_target_seconds"]
+            if x["time_to_target_seconds"] is not None and y["time_to_target_seconds"] is not None else None
+            for x, y in zip(runs[a], runs[b])]
+
+
+def report(args, names, runs, repeats, total):
+    results = {n: {"time_to_target_seconds": summary([r["time_to_target_seconds"] for r in runs[n]]),
+                   "reached": sum(r["time_to_target_seconds"] is not None for r in runs[n]),
+                   "final_test_accuracy": summary([r["final_test_accuracy"] for r in runs[n]]),
+                   "samples_per_second": summary([r["samples_per_second"] for r in runs[n]])} for n in names}
+    ratios = {}
+    for n in names:
+        if not n.startswith("hpcps"):
+            continue
+        base = f"hpcps fp32 {n.split()[2]}"
+        if base in names and base != n:
+            ratios[f"{n} / {base}"] = summary(per_repeat_ratio(runs, n, base))
+        ddp = [d for d in ("DDP fp32", "DDP fp16 hook") if d in names]
+        if ddp:
+            # Per repeat, against the faster of the DDP runs of that repeat.
+            best = [min((runs[d][i] for d in ddp), key=lambda r: (r["time_to_target_seconds"] is None,
+                                                                   r["time_to_target_seconds"] or 0.0))
+                    for i in range(len(runs[n]))]
+            ratios[f"{n} / faster DDP"] = summary(per_repeat_ratio({"a": runs[n], "b": best}, "a", "b"))
+    out = {"benchmark": "link_study", "model": args.model, "rate": args.rate, "delay": args.delay,
+           "target": args.target, "max_epochs": args.max_epochs, "evaluations_per_epoch": args.evaluations_per_epoch,
+           "batch": args.batch, "lr": args.lr, "momentum": 0.9, "schedule": "constant", "repeats": repeats,
+           "seeds": "seed + repeat", "stop_at_target": args.stop_at_target, "build": args.build,
+           "torch_version": subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                                           capture_output=True, text=True).stdout.strip(),
+           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""), "cpus": os.cpu_count(),
+           "total_seconds": total, "results": results, "ratios": ratios, "runs": runs}
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    plot(args, runs)
+    return results, ratios
+
+
+def plot(args, runs):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for i, (name, rs) in enumerate(runs.items()):
+        for r in rs:
+            xs, _, ys = zip(*r["curve"])
+            ax.plot(xs, ys, color=f"C{i}", alpha=0.25, linewidth=1)
+        reached = sorted(rs, key=lambda r: (r["time_to_target_seconds"] is None, r["time_to_target_seconds"] or 0.0))
+        m = reached[(len(reached) - 1) // 2]
+        xs, _, ys = zip(*m["curve"])
+        t = m["time_to_target_seconds"]
+        ax.plot(xs, ys, color=f"C{i}", linewidth=2, label=f"{name}: " + (f"{t:.1f} s" if t is not None else "not reached"))
+    ax.axhline(args.target, color="gray", linestyle="--", linewidth=1)
+    ax.set_ylim(args.target - 0.1, None)
+    ax.set_xlabel("training seconds (evaluation excluded)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"Fashion-MNIST {args.model.upper()} across pretend nodes, links of {args.rate}: "
+                 f"time to {args.target:.2f} (median run bold)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.plot or os.path.splitext(args.out)[0] + ".png", dpi=120)
+    plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build")
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--rate", default="1gbit", help="each node's link, tc's units (scripts/pretend_nodes --rate)")
+    p.add_argument("--delay", default="0", help="one-way delay per link (needs netem; 0 here)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--target", type=float, default=None, help="test accuracy to reach (mlp 0.88, cnn 0.91)")
+    p.add_argument("--max-epochs", type=int, default=15)
+    p.add_argument("--evaluations-per-epoch", type=int, default=4)
+    p.add_argument("--batch", type=int, default=128, help="global batch")
+    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stop-at-target", action="store_true", help="stop the PyTorch runs at the target")
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of: " + ", ".join(CONFIGS))
+    p.add_argument("--timeout", type=int, default=1200, help="seconds one run may take")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "link_study.json"))
+    p.add_argument("--plot", default=None, help="PNG path (default: --out with .png)")
+    args = p.parse_args()
+    args.target = TARGETS[args.model] if args.target is None else args.target
+    names = [n.strip() for n in args.configs.split(",")]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        p.error(f"unknown configurations {unknown}; choose from {CONFIGS}")
+    check = subprocess.run([NODES, "check"], capture_output=True, text=True)
+    if check.returncode != 0:
+        p.error(f"cannot make pretend nodes here: {check.stderr.strip()}")
+    runs = {n: [] for n in names}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hpcps_link_") as tmp:
+        for r in range(args.repeats):
+            seed = args.seed + r
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                result = run_ddp(args, name, seed) if name.startswith("DDP") else run_hpcps(args, name, seed, tmp)
+                result["repeat"] = r + 1
+                runs[name].append(result)
+                t = result["time_to_target_seconds"]
+                print(f"repeat {r + 1} {name}: to {args.target}: " + (f"{t:.2f} s" if t is not None else "not reached")
+                      + f", final {result['final_test_accuracy']:.4f}, {result['samples_per_second']:,.0f} samples/s",
+                      file=sys.stderr, flush=True)
+            results, ratios = report(args, names, runs, r + 1, time.perf_counter() - started)
+    print(f"Time to {args.target} across pretend nodes, links of {args.rate}, {args.repeats} repeat(s): "
+          "training seconds, median (min-max)\n")
+    print("| configuration | time to target s | reached | final test accuracy | samples/s |")
+    print("| --- | --- | --- | --- | --- |")
+    for n in names:
+        s = results[n]
+        print(f"| {n} | {fmt(s['time_to_target_seconds'])} | {s['reached']}/{args.repeats} | "
+              f"{fmt(s['final_test_accuracy'], 4)} | {fmt(s['samples_per_second'], 0)} |")
+    if ratios:
+        print("\n| time-to-target ratio (per repeat) | median (min-max) |\n| --- | --- |")
+        for k, v in ratios.items():
+            print(f"| {k} | {fmt(v)} |")
+    print(f"\nJSON: {args.out}; {time.perf_counter() - started:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()
