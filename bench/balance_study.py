@@ -18,6 +18,10 @@ a PNG (--plot; needs python3-matplotlib) and a Markdown table (median, min-max).
 --scenario varying: the straggler comes and goes (--slow-period clocks slow, as many at full
 speed), every configuration with the worker slowed only, and the plot is the balanced split
 over time with the slow phases shaded: how fast the balancer follows a speed that changes.
+--straggler paused: the worker is not made slower at computing but stopped from outside
+(bench/pause_rank.py: SIGSTOP for --pause-share of every --pause-period seconds, SIGCONT for the
+rest), so the pause falls wherever it is: compute, push or wait. --batch sets the global batch
+(the clock's length against the pause's period).
 --smoke: one repetition of one epoch, written into the temporary folder, not bench/results.
 
     /usr/bin/python3 bench/balance_study.py --build build --repeats 5
@@ -30,6 +34,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pause_rank import run_paused  # noqa: E402
 from straggler_study import fmt, pyplot, run_example, summarize  # noqa: E402
 
 # (layout, ranks, servers), then (label, sync flags) per strategy; SSP and async need a server.
@@ -61,11 +66,20 @@ def run_once(args, config, report_path):
     cmd = ["mpiexec", "-iface", "lo", "-n", str(ranks), os.path.join(args.build, "examples", "fashion_mnist_mlp"),
            "--servers", str(servers), "--epochs", str(args.epochs),
            "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--report", report_path, *flags]
-    if slowed:
-        cmd += ["--slow-worker", str(workers - 1), "--slowdown", str(args.slowdown)]
-        if args.scenario == "varying":
-            cmd += ["--slow-period", str(args.slow_period)]
-    report = run_example(cmd, report_path, args.timeout)
+    cmd += ["--batch", str(args.batch)] if args.batch else []
+    pause = None
+    if slowed and args.straggler == "paused":
+        # Workers are the first ranks: the last worker is rank workers - 1 (rank 0 evaluates).
+        env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout), OMP_NUM_THREADS="1")
+        _, pause = run_paused(cmd, env, workers - 1, args.pause_period, args.pause_share, args.timeout + 30)
+        with open(report_path) as f:
+            report = json.load(f)
+    else:
+        if slowed:
+            cmd += ["--slow-worker", str(workers - 1), "--slowdown", str(args.slowdown)]
+            if args.scenario == "varying":
+                cmd += ["--slow-period", str(args.slow_period)]
+        report = run_example(cmd, report_path, args.timeout)
     hit = next((e["train_seconds"] for e in report["evaluations"] if e["test_accuracy"] >= args.target), None)
     return {
         "three_epochs_seconds": sum(e["seconds"] for e in report["epochs"][:3]),
@@ -75,7 +89,14 @@ def run_once(args, config, report_path):
         "splits": report.get("splits", []),
         "clocks": report["checkpoints"]["clocks"],
         "curve": [[e["train_seconds"], e["test_accuracy"]] for e in report["evaluations"]],
+        "pause": pause,
     }
+
+
+def straggler_label(args):
+    if args.straggler == "paused":
+        return f"paused {args.pause_share:.0%} of {args.pause_period:g} s"
+    return f"{args.slowdown:g}x slower"
 
 
 def main():
@@ -87,6 +108,11 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--smoke", action="store_true", help="1 repetition of 1 epoch, results into the temporary folder")
     p.add_argument("--slowdown", type=float, default=4.0)
+    p.add_argument("--straggler", choices=["compute", "paused"], default="compute",
+                   help="compute: the example's --slow-worker/--slowdown; paused: stopped from outside")
+    p.add_argument("--pause-period", type=float, default=0.2, help="paused: seconds of one stop-continue cycle")
+    p.add_argument("--pause-share", type=float, default=0.75, help="paused: fraction of each period stopped")
+    p.add_argument("--batch", type=int, default=0, help="global batch (0: the example's, 64)")
     # 150 clocks: an epoch (938 clocks) sees six phases, each long enough for the split to settle
     # (the speeds are averaged over about 20 clocks) before the speed turns again.
     p.add_argument("--slow-period", type=int, default=150, help="varying: clocks slow, then as many at full speed")
@@ -96,7 +122,14 @@ def main():
     p.add_argument("--plot", help="default: --out with .png")
     p.add_argument("--from-json", help="no runs: the table and plot again from a JSON this script wrote")
     args = p.parse_args()
+    if args.straggler == "paused":
+        if args.scenario == "varying":
+            p.error("--straggler paused runs the steady scenario only")
+        # As fast as a worker that computes 1 / (1 - share) times slower, on average.
+        args.slowdown = 1.0 / (1.0 - args.pause_share)
     name = "balance" if args.scenario == "steady" else "balance_varying"
+    if args.straggler == "paused":
+        name = "balance_paused"
     if args.smoke:
         # A smoke run is no measurement: it must not replace the results in bench/results.
         args.repeats, args.epochs = 1, 1
@@ -138,6 +171,9 @@ def main():
             "runs": rs,
         })
     out = {"benchmark": "balance_study", "scenario": args.scenario, "epochs": args.epochs, "repeats": args.repeats,
+           "straggler": args.straggler, "batch": args.batch or 64,
+           "pause_period": args.pause_period if args.straggler == "paused" else 0,
+           "pause_share": args.pause_share if args.straggler == "paused" else 0,
            "slowdown": args.slowdown, "slow_period": args.slow_period if args.scenario == "varying" else 0,
            "target": args.target, "slow_worker": "the last worker", "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -171,7 +207,7 @@ def main():
         reached = "" if r["reached_target"] == args.repeats else f" [{r['reached_target']}/{args.repeats}]"
         three = fmt(r["three_epochs_seconds"]) if r["strategy"].startswith("bsp") else "-"
         print(f"| {r['layout']} ({r['ranks']} ranks) | {r['strategy']} | "
-              f"{f'{args.slowdown:g}x' if r['slowed'] else 'none'} | {fmt(r['train_seconds'])} | {speedup:.2f}x | "
+              f"{straggler_label(args) if r['slowed'] else 'none'} | {fmt(r['train_seconds'])} | {speedup:.2f}x | "
               f"{three} | {fmt(r['time_to_target'])}{reached} | {fmt(r['final_test_accuracy'], digits=4)} |")
 
     plt = pyplot()
@@ -191,7 +227,7 @@ def main():
                     [f"{r['layout'][:5]}\n{r['strategy']}\n{'slowed' if r['slowed'] else 'equal'}" for r in rows],
                     fontsize=7)
     left.set_ylabel(f"training seconds, {args.epochs} epochs (median, min-max)")
-    left.set_title(f"Worker slowed {args.slowdown:g}x (red) and equal speeds (blue), {args.repeats} runs each")
+    left.set_title(f"Worker {straggler_label(args)} (red) and equal speeds (blue), {args.repeats} runs each")
     for r in results:
         if r["strategy"] != "bsp balanced" or not r["slowed"]:
             continue
