@@ -31,7 +31,6 @@ every repeat.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from time_to_accuracy import outcome, recorded, summary, fmt  # noqa: E402  (the same figures per run)
+from time_to_accuracy import execute, outcome, plot, print_tables, recorded, summary  # noqa: E402  (the same figures)
 
 NODES = os.path.join(REPO, "scripts", "pretend_nodes")
 WIRES = ["fp32", "bf16", "fp16"]
@@ -56,16 +55,6 @@ def link_env(args, **extra):
 
 def pretend(args, nodes):
     return [NODES, "run", "--nodes", str(nodes), "--rate", args.rate, "--delay", args.delay, "--"]
-
-
-def execute(cmd, env, timeout):
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n"
-                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return proc.stdout, wall
 
 
 def run_hpcps(args, name, seed, tmp):
@@ -112,6 +101,7 @@ def per_repeat_ratio(runs, a, b):
 def report(args, names, runs, repeats, total):
     results = {n: {"time_to_target_seconds": summary([r["time_to_target_seconds"] for r in runs[n]]),
                    "reached": sum(r["time_to_target_seconds"] is not None for r in runs[n]),
+                   "epoch_at_target": summary([r["epoch_at_target"] for r in runs[n]]),
                    "final_test_accuracy": summary([r["final_test_accuracy"] for r in runs[n]]),
                    "samples_per_second": summary([r["samples_per_second"] for r in runs[n]])} for n in names}
     ratios = {}
@@ -120,14 +110,16 @@ def report(args, names, runs, repeats, total):
             continue
         base = f"hpcps fp32 {n.split()[2]}"
         if base in names and base != n:
-            ratios[f"{n} / {base}"] = summary(per_repeat_ratio(runs, n, base))
+            per_repeat = per_repeat_ratio(runs, n, base)
+            ratios[f"{n} / {base}"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
         ddp = [d for d in ("DDP fp32", "DDP fp16 hook") if d in names]
         if ddp:
             # Per repeat, against the faster of the DDP runs of that repeat.
             best = [min((runs[d][i] for d in ddp), key=lambda r: (r["time_to_target_seconds"] is None,
                                                                    r["time_to_target_seconds"] or 0.0))
                     for i in range(len(runs[n]))]
-            ratios[f"{n} / faster DDP"] = summary(per_repeat_ratio({"a": runs[n], "b": best}, "a", "b"))
+            per_repeat = per_repeat_ratio({"a": runs[n], "b": best}, "a", "b")
+            ratios[f"{n} / faster DDP"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
     out = {"benchmark": "link_study", "model": args.model, "rate": args.rate, "delay": args.delay,
            "target": args.target, "max_epochs": args.max_epochs, "evaluations_per_epoch": args.evaluations_per_epoch,
            "batch": args.batch, "lr": args.lr, "momentum": 0.9, "schedule": "constant", "repeats": repeats,
@@ -138,38 +130,10 @@ def report(args, names, runs, repeats, total):
            "total_seconds": total, "results": results, "ratios": ratios, "runs": runs}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
-    plot(args, runs)
+    plot(args.plot or os.path.splitext(args.out)[0] + ".png", runs, args.target,
+         f"Fashion-MNIST {args.model.upper()} across pretend nodes, links of {args.rate}: time to {args.target:.2f} "
+         "(median run bold)")
     return results, ratios
-
-
-def plot(args, runs):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for i, (name, rs) in enumerate(runs.items()):
-        for r in rs:
-            xs, _, ys = zip(*r["curve"])
-            ax.plot(xs, ys, color=f"C{i}", alpha=0.25, linewidth=1)
-        reached = sorted(rs, key=lambda r: (r["time_to_target_seconds"] is None, r["time_to_target_seconds"] or 0.0))
-        m = reached[(len(reached) - 1) // 2]
-        xs, _, ys = zip(*m["curve"])
-        t = m["time_to_target_seconds"]
-        ax.plot(xs, ys, color=f"C{i}", linewidth=2, label=f"{name}: " + (f"{t:.1f} s" if t is not None else "not reached"))
-    ax.axhline(args.target, color="gray", linestyle="--", linewidth=1)
-    ax.set_ylim(args.target - 0.1, None)
-    ax.set_xlabel("training seconds (evaluation excluded)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(f"Fashion-MNIST {args.model.upper()} across pretend nodes, links of {args.rate}: "
-                 f"time to {args.target:.2f} (median run bold)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.plot or os.path.splitext(args.out)[0] + ".png", dpi=120)
-    plt.close(fig)
 
 
 def main():
@@ -213,18 +177,8 @@ def main():
                       + f", final {result['final_test_accuracy']:.4f}, {result['samples_per_second']:,.0f} samples/s",
                       file=sys.stderr, flush=True)
             results, ratios = report(args, names, runs, r + 1, time.perf_counter() - started)
-    print(f"Time to {args.target} across pretend nodes, links of {args.rate}, {args.repeats} repeat(s): "
-          "training seconds, median (min-max)\n")
-    print("| configuration | time to target s | reached | final test accuracy | samples/s |")
-    print("| --- | --- | --- | --- | --- |")
-    for n in names:
-        s = results[n]
-        print(f"| {n} | {fmt(s['time_to_target_seconds'])} | {s['reached']}/{args.repeats} | "
-              f"{fmt(s['final_test_accuracy'], 4)} | {fmt(s['samples_per_second'], 0)} |")
-    if ratios:
-        print("\n| time-to-target ratio (per repeat) | median (min-max) |\n| --- | --- |")
-        for k, v in ratios.items():
-            print(f"| {k} | {fmt(v)} |")
+    print_tables(f"Time to {args.target} across pretend nodes, links of {args.rate}, {args.repeats} repeat(s): "
+                 "training seconds, median (min-max)", names, results, ratios, args.repeats)
     print(f"\nJSON: {args.out}; {time.perf_counter() - started:.0f} s in all")
 
 

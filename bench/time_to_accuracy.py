@@ -210,14 +210,16 @@ def median_run(runs):
     return ordered[(len(ordered) - 1) // 2]
 
 
-def plot(path, runs, target, model="mlp", batch=128, rule="SGD momentum 0.9"):
+def plot(path, runs, target, title, colors=None):
+    """Test accuracy against training seconds: every run faded, each configuration's median run
+    bold; `colors` maps a configuration to its matplotlib colour (default: in order)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 5.5))
     lowest = 1.0
-    for name in runs:
-        color = f"C{CONFIGS.index(name)}"
+    for i, name in enumerate(runs):
+        color = (colors or {}).get(name, f"C{i}")
         for r in runs[name]:
             xs, _, ys = zip(*r["curve"])
             ax.plot(xs, ys, color=color, alpha=0.2, linewidth=1)
@@ -231,8 +233,7 @@ def plot(path, runs, target, model="mlp", batch=128, rule="SGD momentum 0.9"):
     ax.set_ylim(max(lowest - 0.01, target - 0.15), None)
     ax.set_xlabel("training seconds (evaluation excluded)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Fashion-MNIST {'ResNet' if model == 'resnet' else model.upper()}, batch {batch}, {rule}: "
-                 f"time to {target:.2f} (median run bold)", fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
@@ -290,6 +291,22 @@ def main():
             report(args, names, runs, r + 1, load_before, time.perf_counter() - started, last=r + 1 == args.repeats)
 
 
+def print_tables(title, names, results, ratios, repeats):
+    """The Markdown tables of a time-to-accuracy study: per configuration, and the per-repeat ratios."""
+    print(title + "\n")
+    print("| configuration | time to target s | reached | epoch at target | final test accuracy | samples/s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in names:
+        s = results[name]
+        print(f"| {name} | {fmt(s['time_to_target_seconds'])} | {s['reached']}/{repeats} | "
+              f"{fmt(s['epoch_at_target'])} | {fmt(s['final_test_accuracy'], 4)} | {fmt(s['samples_per_second'], 0)} |")
+    if ratios:
+        print("\n| time-to-target ratio (per repeat) | median (min-max) |")
+        print("| --- | --- |")
+        for k, v in ratios.items():
+            print(f"| {k} | {fmt(v['summary'])} |")
+
+
 def report(args, names, runs, repeats, load_before, total, last):
     """Writes the JSON and the plot of the repeats so far; prints the tables after the last."""
     results = {}
@@ -328,24 +345,15 @@ def report(args, names, runs, repeats, load_before, total, last):
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     plot_path = args.plot or os.path.splitext(args.out)[0] + ".png"
-    plot(plot_path, runs, args.target, args.model, args.batch,
-         "Nesterov 0.9, cosine, weight decay, augmentation" if args.model == "resnet" else "SGD momentum 0.9")
+    rule = "Nesterov 0.9, cosine, weight decay, augmentation" if args.model == "resnet" else "SGD momentum 0.9"
+    plot(plot_path, runs, args.target,
+         f"Fashion-MNIST {'ResNet' if args.model == 'resnet' else args.model.upper()}, batch {args.batch}, {rule}: "
+         f"time to {args.target:.2f} (median run bold)", {name: f"C{CONFIGS.index(name)}" for name in runs})
     if not last:
         return
 
-    print(f"Time to {args.target} test accuracy (training seconds, evaluation excluded), {repeats} repeat(s), "
-          f"at most {args.max_epochs} epochs: median (min-max)\n")
-    print("| configuration | time to target s | reached | epoch at target | final test accuracy | samples/s |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name in names:
-        s = results[name]
-        print(f"| {name} | {fmt(s['time_to_target_seconds'])} | {s['reached']}/{repeats} | "
-              f"{fmt(s['epoch_at_target'])} | {fmt(s['final_test_accuracy'], 4)} | {fmt(s['samples_per_second'], 0)} |")
-    if ratios:
-        print("\n| time-to-target ratio (per repeat) | median (min-max) |")
-        print("| --- | --- |")
-        for k, v in ratios.items():
-            print(f"| {k} | {fmt(v['summary'])} |")
+    print_tables(f"Time to {args.target} test accuracy (training seconds, evaluation excluded), {repeats} repeat(s), "
+                 f"at most {args.max_epochs} epochs: median (min-max)", names, results, ratios, repeats)
     print(f"\nJSON: {args.out}, plot: {plot_path}; {total:.0f} s in all, load average {load_before[0]:.1f} "
           f"before, {os.getloadavg()[0]:.1f} after")
 
