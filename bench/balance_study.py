@@ -90,6 +90,8 @@ def run_once(args, config, report_path):
         "clocks": report["checkpoints"]["clocks"],
         "curve": [[e["train_seconds"], e["test_accuracy"]] for e in report["evaluations"]],
         "pause": pause,
+        # Each worker's own compute / communicate / wait seconds, where the build reports them.
+        "worker_times": report.get("worker_times", []),
     }
 
 
