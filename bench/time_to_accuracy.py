@@ -36,7 +36,8 @@ accuracy against training seconds (every run faded, the median run of each confi
     /usr/bin/python3 bench/time_to_accuracy.py --build build --model resnet --max-epochs 10 \
         --configs "hpcps 2 ranks,PyTorch DDP 2 proc" --stop-at-target --out bench/results/time_to_accuracy_resnet.json
 
-The JSON and the plot are rewritten after every repeat, so a run cut short keeps what it measured.
+The JSON and the plot are rewritten after every repeat, so a run cut short keeps what it measured;
+--continue FILE runs the missing repeats of such a study (each run records its date).
 """
 import argparse
 import json
@@ -262,6 +263,10 @@ def main():
     p.add_argument("--timeout", type=int, default=900, help="seconds one run may take")
     p.add_argument("--out", default=os.path.join(HERE, "results", "time_to_accuracy.json"))
     p.add_argument("--plot", default=None, help="PNG path (default: --out with .png)")
+    p.add_argument("--continue", dest="continue_from", default=None,
+                   help="a JSON this script wrote: keep its repeats and run the rest up to --repeats (same model, "
+                        "target, epochs, configurations and build; the per-repeat ratios pair runs of one repeat, so "
+                        "a repeat run on another day still compares like with like)")
     args = p.parse_args()
     args.target = DEFAULTS[args.model][0] if args.target is None else args.target
     args.lr = DEFAULTS[args.model][1] if args.lr is None else args.lr
@@ -274,21 +279,41 @@ def main():
     if any(n.startswith("hpcps") for n in names) and not os.access(binary, os.X_OK):
         p.error(f"{binary} not found: build the {program} target in --build")
     runs = {n: [] for n in names}
+    if args.continue_from:
+        runs = continued_runs(p, args, names)
+    done = len(runs[names[0]])
     load_before = os.getloadavg()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hpcps_tta_") as tmp:
-        for r in range(args.repeats):
+        for r in range(done, args.repeats):
             seed = args.seed if args.fixed_seed else args.seed + r
             order = names[r % len(names):] + names[:r % len(names)]  # rotate: no configuration always first
             for name in order:
                 result = run_config(args, name, seed, tmp)
                 result["repeat"] = r + 1
+                result["date"] = time.strftime("%Y-%m-%d %H:%M")
                 runs[name].append(result)
                 t = result["time_to_target_seconds"]
                 print(f"repeat {r + 1} {name}: to {args.target}: " + (f"{t:.2f} s" if t is not None else "not reached")
                       + f", final {result['final_test_accuracy']:.4f}, {result['samples_per_second']:,.0f} samples/s",
                       file=sys.stderr, flush=True)
             report(args, names, runs, r + 1, load_before, time.perf_counter() - started, last=r + 1 == args.repeats)
+
+
+def continued_runs(p, args, names):
+    """The runs of an earlier study to continue (--continue), after checking it measured the same."""
+    with open(args.continue_from) as f:
+        earlier = json.load(f)
+    same = {"model": args.model, "target": args.target, "max_epochs": args.max_epochs, "batch": args.batch,
+            "lr": args.lr, "evaluations_per_epoch": args.evaluations_per_epoch, "stop_at_target": args.stop_at_target,
+            "seeds": "fixed" if args.fixed_seed else "seed + repeat"}
+    differ = [k for k, v in same.items() if earlier.get(k) != v]
+    if differ or sorted(earlier["runs"]) != sorted(names):
+        p.error(f"{args.continue_from} measured something else: {differ or 'other configurations'}")
+    runs = {n: earlier["runs"][n] for n in names}
+    if len({len(rs) for rs in runs.values()}) != 1:
+        p.error(f"{args.continue_from}: its configurations have different numbers of repeats")
+    return runs
 
 
 def print_tables(title, names, results, ratios, repeats):
