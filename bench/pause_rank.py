@@ -57,7 +57,7 @@ class RankPauser(threading.Thread):
         self.pauses = 0
         self.started = None
         self.ended = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self):
         self.pid = rank_pid(self.marker, self.rank, time.monotonic() + self.find_timeout)
@@ -65,14 +65,14 @@ class RankPauser(threading.Thread):
             return
         self.started = time.monotonic()
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 t0 = time.monotonic()
                 os.kill(self.pid, signal.SIGSTOP)
-                self._stop.wait(self.share * self.period)
+                self._halt.wait(self.share * self.period)
                 os.kill(self.pid, signal.SIGCONT)
                 self.paused_seconds += time.monotonic() - t0
                 self.pauses += 1
-                self._stop.wait((1 - self.share) * self.period)
+                self._halt.wait((1 - self.share) * self.period)
         except ProcessLookupError:
             pass  # the rank ended
         finally:
@@ -83,7 +83,7 @@ class RankPauser(threading.Thread):
                 pass
 
     def stop(self):
-        self._stop.set()
+        self._halt.set()
         self.join()
 
     def summary(self):
