@@ -35,7 +35,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pause_rank import run_paused  # noqa: E402
-from straggler_study import fmt, pyplot, run_example, summarize  # noqa: E402
+from straggler_study import example_env, fmt, pyplot, run_example, summarize  # noqa: E402
 
 # (layout, ranks, servers), then (label, sync flags) per strategy; SSP and async need a server.
 LAYOUTS = [("colocated", 2, 0), ("dedicated", 3, 1)]
@@ -70,8 +70,8 @@ def run_once(args, config, report_path):
     pause = None
     if slowed and args.straggler == "paused":
         # Workers are the first ranks: the last worker is rank workers - 1 (rank 0 evaluates).
-        env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(args.timeout), OMP_NUM_THREADS="1")
-        _, pause = run_paused(cmd, env, workers - 1, args.pause_period, args.pause_share, args.timeout + 30)
+        _, pause = run_paused(cmd, example_env(args.timeout), workers - 1, args.pause_period, args.pause_share,
+                              args.timeout + 30)
         with open(report_path) as f:
             report = json.load(f)
     else:

@@ -39,7 +39,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from time_to_accuracy import execute, outcome, plot, print_tables, recorded, summary  # noqa: E402  (the same figures)
+from time_to_accuracy import (execute, outcome, peer_evaluations, per_repeat_ratio, plot, print_tables,  # noqa: E402
+                              recorded, summarize_runs, summary)  # the same figures as bench/time_to_accuracy.py
 
 NODES = os.path.join(REPO, "scripts", "pretend_nodes")
 WIRES = ["fp32", "bf16", "fp16"]
@@ -87,30 +88,18 @@ def run_ddp(args, name, seed):
     cmd += ["--fp16-hook"] if name == "DDP fp16 hook" else []
     cmd += ["--target-accuracy", str(args.target)] if args.stop_at_target else []
     stdout, wall = execute(cmd, link_env(args, GLOO_SOCKET_IFNAME="hpn0"), args.timeout + 60)
-    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    evaluations = [e for e in lines if e.get("type") == "evaluation"]
-    return outcome(evaluations, args.target, wall, {"command": recorded(cmd), "seed": seed})
-
-
-def per_repeat_ratio(runs, a, b):
-    return [x["time_to_target_seconds"] / y["time_to_target_seconds"]
-            if x["time_to_target_seconds"] is not None and y["time_to_target_seconds"] is not None else None
-            for x, y in zip(runs[a], runs[b])]
+    return outcome(peer_evaluations(stdout), args.target, wall, {"command": recorded(cmd), "seed": seed})
 
 
 def report(args, names, runs, repeats, total):
-    results = {n: {"time_to_target_seconds": summary([r["time_to_target_seconds"] for r in runs[n]]),
-                   "reached": sum(r["time_to_target_seconds"] is not None for r in runs[n]),
-                   "epoch_at_target": summary([r["epoch_at_target"] for r in runs[n]]),
-                   "final_test_accuracy": summary([r["final_test_accuracy"] for r in runs[n]]),
-                   "samples_per_second": summary([r["samples_per_second"] for r in runs[n]])} for n in names}
+    results = summarize_runs(names, runs)
     ratios = {}
     for n in names:
         if not n.startswith("hpcps"):
             continue
         base = f"hpcps fp32 {n.split()[2]}"
         if base in names and base != n:
-            per_repeat = per_repeat_ratio(runs, n, base)
+            per_repeat = per_repeat_ratio(runs[n], runs[base])
             ratios[f"{n} / {base}"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
         ddp = [d for d in ("DDP fp32", "DDP fp16 hook") if d in names]
         if ddp:
@@ -118,7 +107,7 @@ def report(args, names, runs, repeats, total):
             best = [min((runs[d][i] for d in ddp), key=lambda r: (r["time_to_target_seconds"] is None,
                                                                    r["time_to_target_seconds"] or 0.0))
                     for i in range(len(runs[n]))]
-            per_repeat = per_repeat_ratio({"a": runs[n], "b": best}, "a", "b")
+            per_repeat = per_repeat_ratio(runs[n], best)
             ratios[f"{n} / faster DDP"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
     out = {"benchmark": "link_study", "model": args.model, "rate": args.rate, "delay": args.delay,
            "target": args.target, "max_epochs": args.max_epochs, "evaluations_per_epoch": args.evaluations_per_epoch,

@@ -22,10 +22,14 @@ import tempfile
 STRATEGIES = [("bsp", None), ("ssp", 1), ("ssp", 2), ("ssp", 4), ("async", None)]
 
 
+def example_env(timeout):
+    """An example's environment under mpiexec: loopback, one thread per rank, Hydra's timeout."""
+    return dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(timeout), OMP_NUM_THREADS="1")
+
+
 def run_example(cmd, report_path, timeout):
     """Runs an example under mpiexec on loopback, one thread per rank, and returns its JSON report."""
-    env = dict(os.environ, UCX_NET_DEVICES="lo", MPIEXEC_TIMEOUT=str(timeout), OMP_NUM_THREADS="1")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, timeout=timeout + 30)
+    subprocess.run(cmd, check=True, env=example_env(timeout), stdout=subprocess.DEVNULL, timeout=timeout + 30)
     with open(report_path) as f:
         return json.load(f)
 

@@ -316,6 +316,23 @@ def continued_runs(p, args, names):
     return runs
 
 
+def summarize_runs(names, runs):
+    """Per configuration: median and range of the time to target, epoch at target, final accuracy
+    and samples/s over its runs, and how many runs reached the target."""
+    return {name: {"time_to_target_seconds": summary([x["time_to_target_seconds"] for x in runs[name]]),
+                   "reached": sum(x["time_to_target_seconds"] is not None for x in runs[name]),
+                   "epoch_at_target": summary([x["epoch_at_target"] for x in runs[name]]),
+                   "final_test_accuracy": summary([x["final_test_accuracy"] for x in runs[name]]),
+                   "samples_per_second": summary([x["samples_per_second"] for x in runs[name]])} for name in names}
+
+
+def per_repeat_ratio(runs, others):
+    """Time to target of runs[i] over that of others[i], repeat by repeat (None where either missed)."""
+    return [a["time_to_target_seconds"] / b["time_to_target_seconds"]
+            if a["time_to_target_seconds"] is not None and b["time_to_target_seconds"] is not None else None
+            for a, b in zip(runs, others)]
+
+
 def print_tables(title, names, results, ratios, repeats):
     """The Markdown tables of a time-to-accuracy study: per configuration, and the per-repeat ratios."""
     print(title + "\n")
@@ -334,24 +351,13 @@ def print_tables(title, names, results, ratios, repeats):
 
 def report(args, names, runs, repeats, load_before, total, last):
     """Writes the JSON and the plot of the repeats so far; prints the tables after the last."""
-    results = {}
-    for name in names:
-        rs = runs[name]
-        results[name] = {
-            "time_to_target_seconds": summary([x["time_to_target_seconds"] for x in rs]),
-            "reached": sum(x["time_to_target_seconds"] is not None for x in rs),
-            "epoch_at_target": summary([x["epoch_at_target"] for x in rs]),
-            "final_test_accuracy": summary([x["final_test_accuracy"] for x in rs]),
-            "samples_per_second": summary([x["samples_per_second"] for x in rs]),
-        }
+    results = summarize_runs(names, runs)
     ratios = {}
     if HPCPS_2 in names:
         for peer in names:
             if peer == HPCPS_2:
                 continue
-            per_repeat = [a["time_to_target_seconds"] / b["time_to_target_seconds"]
-                          if a["time_to_target_seconds"] is not None and b["time_to_target_seconds"] is not None
-                          else None for a, b in zip(runs[HPCPS_2], runs[peer])]
+            per_repeat = per_repeat_ratio(runs[HPCPS_2], runs[peer])
             ratios[f"{HPCPS_2} / {peer}"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
 
     out = {"benchmark": "time_to_accuracy", "model": args.model, "python": recorded([sys.executable])[0],

@@ -146,7 +146,6 @@ def main():
         if "PMI_RANK" not in os.environ or "PMI_SIZE" not in os.environ:
             sys.exit("pytorch_ddp.py: --launcher mpiexec needs PMI_RANK and PMI_SIZE (run it under mpiexec)")
         args.processes = int(os.environ["PMI_SIZE"])
-        torch.set_num_threads(args.threads)
         worker(int(os.environ["PMI_RANK"]), args, args.master_port)
         return
     mp.spawn(worker, args=(args, free_port()), nprocs=args.processes, join=True)
