@@ -15,7 +15,8 @@ thread per process. Configurations (--configs picks some):
                            link; with DDP's fp16_compress_hook or without
 
 <wire> is fp32, bf16 or fp16: pushes and pulls in that format (--wire and --pull-wire of the
-example). Every run trains at most --max-epochs (the PyTorch runs stop at the target with
+example); or topk<r>[/<pull>]: top-k pushes of the share r with error feedback (--top-k r) and pulls
+in <pull> (fp32 unless named), e.g. "hpcps topk0.01/fp16 colocated". Every run trains at most --max-epochs (the PyTorch runs stop at the target with
 --stop-at-target); runs are interleaved, the order rotated each repeat; the seed is --seed + repeat
 for every configuration. Per configuration: the training seconds to the target (evaluation
 excluded), the final accuracy and samples/s, median and min-max; per hpcps configuration its
@@ -43,9 +44,33 @@ from time_to_accuracy import (execute, outcome, peer_evaluations, per_repeat_rat
                               recorded, summarize_runs, summary)  # the same figures as bench/time_to_accuracy.py
 
 NODES = os.path.join(REPO, "scripts", "pretend_nodes")
-WIRES = ["fp32", "bf16", "fp16"]
+WIRES = ["fp32", "bf16", "fp16", "topk0.01", "topk0.01/fp16"]
 LAYOUTS = {"colocated": (2, 0), "dedicated": (3, 1)}  # nodes, servers
 CONFIGS = [f"hpcps {w} {layout}" for layout in LAYOUTS for w in WIRES] + ["DDP fp32", "DDP fp16 hook"]
+
+
+def wire_arguments(wire):
+    """The example's options for a <wire> token: fp32|bf16|fp16, or topk<r>[/<pull>]."""
+    if wire in ("fp32", "bf16", "fp16"):
+        return ["--wire", wire, "--pull-wire", wire]
+    if wire.startswith("topk"):
+        ratio, _, pull = wire[len("topk"):].partition("/")
+        if 0.0 < float(ratio) <= 1.0 and pull in ("", "fp32", "bf16", "fp16"):
+            return ["--wire", "fp32", "--top-k", ratio, "--pull-wire", pull or "fp32"]
+    raise ValueError(f"unknown wire {wire!r}: fp32, bf16, fp16 or topk<r>[/<pull>]")
+
+
+def known(name):
+    parts = name.split()
+    if name in CONFIGS:
+        return True
+    if len(parts) != 3 or parts[0] != "hpcps" or parts[2] not in LAYOUTS:
+        return False
+    try:
+        wire_arguments(parts[1])
+    except ValueError:
+        return False
+    return True
 TARGETS = {"mlp": 0.88, "cnn": 0.91}
 
 
@@ -67,7 +92,7 @@ def run_hpcps(args, name, seed, tmp):
     program = os.path.join(args.build, "examples", f"fashion_mnist_{args.model}")
     cmd = pretend(args, nodes) + [
         program, "--servers", str(servers), "--batch", str(args.batch), "--optimizer", "momentum", "--lr", str(args.lr),
-        "--momentum", "0.9", "--schedule", "constant", "--wire", wire, "--pull-wire", wire,
+        "--momentum", "0.9", "--schedule", "constant", *wire_arguments(wire),
         "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--epochs", str(args.max_epochs), "--threads", "1",
         "--seed", str(seed), "--report", report_path]
     stdout, wall = execute(cmd, link_env(args), args.timeout + 60)
@@ -146,9 +171,9 @@ def main():
     args = p.parse_args()
     args.target = TARGETS[args.model] if args.target is None else args.target
     names = [n.strip() for n in args.configs.split(",")]
-    unknown = [n for n in names if n not in CONFIGS]
+    unknown = [n for n in names if not known(n)]
     if unknown:
-        p.error(f"unknown configurations {unknown}; choose from {CONFIGS}")
+        p.error(f"unknown configurations {unknown}; choose from {CONFIGS}, or another top-k ratio or pull wire")
     check = subprocess.run([NODES, "check"], capture_output=True, text=True)
     if check.returncode != 0:
         p.error(f"cannot make pretend nodes here: {check.stderr.strip()}")

@@ -55,6 +55,7 @@ struct Config {
   bool augment_flip = false;      // random left-right mirror of training images
   std::string wire = "fp32";       // number format of pushed gradients: fp32, bf16, fp16
   std::string pull_wire = "fp32";  // number format of pulled parameters
+  double top_k = 0.0;              // top-k pushes with error feedback: the share of each piece sent; 0: all
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
   bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
@@ -157,6 +158,10 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_option("--pull-wire", cfg.pull_wire,
                  "Number format of the pulled parameters: fp32, bf16, fp16 (servers keep fp32 masters)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--top-k", cfg.top_k,
+                 "Push only this share of each gradient piece, its largest elements, and keep the rest on the worker "
+                 "for the next push (error feedback); 0: every element")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--piece-floats", cfg.piece_floats, "Largest push/pull message in floats (a shard travels as pieces)")
       ->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");
@@ -474,6 +479,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   options.max_batch = cfg.balance == "speed" && cfg.sync == "bsp" ? cfg.batch : hpcps::ps::worker_batch(cfg.batch, 0, p.workers);
   options.wire = hpcps::ps::parse_wire_format(cfg.wire);
   options.pull_wire = hpcps::ps::parse_wire_format(cfg.pull_wire);
+  options.top_k = cfg.top_k;
   options.piece_floats = cfg.piece_floats;
   options.overlap = cfg.overlap;
   options.shared_memory = cfg.shared_memory && cfg.backup_workers == 0;  // backup workers exchange point to point
@@ -487,11 +493,12 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
 
   if (root) {
     fmt::print("hpcps {}: {} ({} parameters), {}, global batch {}, {} thread(s)/rank, sync {}{}, optimizer {} (lr {} "
-               "{}), backend {}, wire {} push / {} pull; {}\n",
+               "{}), backend {}, wire {} push{} / {} pull; {}\n",
                hpcps::version_string, p.network.describe(), p.network.parameter_count(),
                describe_layout(ps.layout(), !cfg.servers), cfg.batch, cfg.threads, Sync::name,
                cfg.sync == "ssp" ? fmt::format(" (staleness {})", cfg.staleness) : std::string(), cfg.optimizer,
-               *cfg.lr, cfg.schedule, Backend::name, cfg.wire, cfg.pull_wire,
+               *cfg.lr, cfg.schedule, Backend::name, cfg.wire,
+               cfg.top_k > 0.0 ? fmt::format(" top-{}", cfg.top_k) : std::string(), cfg.pull_wire,
                describe_transport(ps));
     if (cfg.slow_worker >= 0) {
       fmt::print("worker {} is slowed down {}x{}\n", cfg.slow_worker, cfg.slowdown,
@@ -608,7 +615,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("seed", cfg.seed).field("backend", cfg.backend).field("backend_type", Backend::name);
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown).field("balance", cfg.balance);
       json.field("slow_period", cfg.slow_period).field("backup_workers", cfg.backup_workers);
-      json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire);
+      json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire).field("top_k", cfg.top_k);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.field("shared_memory_requested", cfg.shared_memory).field("shared_data_requested", cfg.shared_data);
       json.field("data_per_node", cfg.data_per_node);

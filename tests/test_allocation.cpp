@@ -22,7 +22,7 @@ using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::ba
 // clock) and the servers serve them; on a worker, only the steady-state steps are counted.
 template <class Sync = hpcps::sync::Synchronous>
 long allocations_during(std::size_t steps, int servers, WireFormat push = WireFormat::fp32,
-                        WireFormat pull = WireFormat::fp32, bool shared_memory = true) {
+                        WireFormat pull = WireFormat::fp32, bool shared_memory = true, double top_k = 0.0) {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
   typename Server<Sync>::Options options;
@@ -32,10 +32,11 @@ long allocations_during(std::size_t steps, int servers, WireFormat push = WireFo
   options.wire = push;
   options.pull_wire = pull;
   options.shared_memory = shared_memory;
+  options.top_k = top_k;
   Server<Sync> ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
   // The synchronous fp32 runs exchange through shared memory unless told not to (one node).
   CHECK(ps.uses_shared_memory() ==
-        (shared_memory && Sync::aggregates && push == WireFormat::fp32 && pull == WireFormat::fp32));
+        (shared_memory && Sync::aggregates && push == WireFormat::fp32 && pull == WireFormat::fp32 && top_k == 0.0));
   std::vector<float> x(8 * 20, 0.5f);
   std::vector<std::int32_t> y(8, 1);
   long counted = 0;
@@ -191,6 +192,38 @@ TEST_CASE("no allocation in the steady-state step with 16-bit pushes and pulls",
     } else {
       CHECK(async_long == 0);
     }
+  }
+}
+
+TEST_CASE("no allocation in the steady-state step with top-k pushes", "[top_k][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  const bool server = world.rank() == world.size() - 1;
+  const auto fp32 = WireFormat::fp32;
+  using Sync = hpcps::sync::Synchronous;
+  const long short_run = allocations_during<Sync>(5, 1, fp32, fp32, true, 0.1);
+  const long long_run = allocations_during<Sync>(25, 1, fp32, fp32, true, 0.1);
+  INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
+  if (server) {
+    CHECK(long_run == short_run);
+  } else {
+    CHECK(short_run == 0);
+    CHECK(long_run == 0);
+  }
+  const long colocated = allocations_during<Sync>(25, 0, fp32, fp32, true, 0.1);
+  INFO("colocated: " << colocated << " allocations for 25 clocks");
+  CHECK(colocated == 0);
+  using Async = hpcps::sync::Asynchronous;
+  const long async_short = allocations_during<Async>(5, 1, fp32, fp32, true, 0.1);
+  const long async_long = allocations_during<Async>(25, 1, fp32, fp32, true, 0.1);
+  INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
+  if (server) {
+    CHECK(async_long == async_short);
+  } else {
+    CHECK(async_long == 0);
   }
 }
 

@@ -88,6 +88,11 @@ class ParameterServer {
     // an error that does not average out over workers as the gradient's does. The servers keep
     // the fp32 master copy either way, so the rounding does not accumulate across updates.
     ps::WireFormat pull_wire = ps::WireFormat::fp32;
+    // Top-k pushes with error feedback (ps/top_k.hpp): in (0, 1], each piece of a push sends the
+    // ceil(top_k * size) largest elements of gradient plus residual as (value, index) pairs and
+    // keeps the rest on the worker for the next push; 0 sends every element. fp32 values (wire
+    // fp32); no local shortcut or shared memory (every piece is a message); not yet in checkpoints.
+    double top_k = 0.0;
     // Push each piece of the gradient as soon as backpropagation has finished it, while the
     // layers below are still computed (networks that report progress, host-memory backends).
     bool overlap = true;
@@ -110,7 +115,7 @@ class ParameterServer {
   // Whether a ParameterServer built with `options` shares memory between the ranks of a node.
   static constexpr bool can_share_memory = Sync::aggregates && Backend::host_accessible;
   static bool shares_memory(const Options& options) {
-    return can_share_memory && options.shared_memory && fp32_wires(options) &&
+    return can_share_memory && options.shared_memory && fp32_wires(options) && options.top_k == 0.0 &&
            (options.servers != 0 || options.local_shortcut);
   }
   // Both directions in fp32: what working on another component's arrays in place needs.
@@ -128,6 +133,21 @@ class ParameterServer {
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options),
         identity_(resume_expectation(network, sync, optimizer)) {
+    // Every rank agreed on these options (composition): each refuses them alike.
+    if (options.top_k != 0.0 && !(options.top_k > 0.0 && options.top_k <= 1.0)) {
+      throw Error(fmt::format("ParameterServer: the top-k ratio (Options::top_k) must be in (0, 1], or 0 for dense "
+                              "pushes; got {}", options.top_k));
+    }
+    if (network_has_state && options.top_k > 0.0) {
+      // The state slots carry each worker's batch statistics for the servers to average: held
+      // back and added up like gradients they would be wrong, not merely late.
+      throw Error("ParameterServer: top-k pushes would sparsify the network's running statistics (batch "
+                  "normalization); use dense pushes (Options::top_k = 0) for this network");
+    }
+    if (options.top_k > 0.0 && options.wire != ps::WireFormat::fp32) {
+      throw Error(fmt::format("ParameterServer: top-k pushes send fp32 values; the push wire (Options::wire) is {}",
+                              ps::wire_name(options.wire)));
+    }
     // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
     const int tag_ub = world_.tag_upper_bound();
     if (layout_.max_pieces() > static_cast<std::size_t>(tag_ub - ps::tags::push) + 1) {
@@ -155,12 +175,12 @@ class ParameterServer {
       if (resumed_) std::copy(resumed_->parameters.begin(), resumed_->parameters.end(), initial.begin() + shard->begin);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, server_rule(network, *shard, optimizer), options.wire,
-                                              options.pull_wire);
+                                              options.pull_wire, options.top_k);
       if (resumed_) restore_server_state();
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
-                                              options.pull_wire, options.overlap);
+                                              options.pull_wire, options.overlap, options.top_k);
     }
     if constexpr (can_share_memory) {
       if (shares_memory(options)) share_node_memory();
@@ -173,7 +193,7 @@ class ParameterServer {
       if constexpr (Sync::aggregates) {
         if constexpr (Backend::host_accessible) {
           // The rank's own slice and shard need no message: the server works in the worker's arrays.
-          if (options.local_shortcut && fp32_wires(options)) {
+          if (options.local_shortcut && fp32_wires(options) && options.top_k == 0.0) {
             const auto local = worker_->attach_local_server(layout_.server_index(world_.rank()));
             server_->attach_local_worker(static_cast<std::size_t>(world_.rank()), local.count, local.gradient,
                                          local.parameters);
@@ -200,6 +220,7 @@ class ParameterServer {
     c.add("update rule", Optimizer::name);
     c.add("push wire format", ps::wire_name(options.wire));
     c.add("pull wire format", ps::wire_name(options.pull_wire));
+    c.add("top-k ratio (Options::top_k)", options.top_k == 0.0 ? "off" : fmt::format("{}", options.top_k));
     c.add("piece size (Options::piece_floats)", std::to_string(options.piece_floats));
     c.add("number of servers (Options::servers)", std::to_string(options.servers));
     c.add("initialisation seed (Options::seed)", std::to_string(options.seed));

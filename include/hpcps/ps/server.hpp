@@ -14,6 +14,10 @@
 //   order; the worker that sent it is answered once it is at most `staleness()` clocks ahead of the
 //   slowest active worker, else it waits until the slowest catches up.
 //
+// Top-k pushes (ps/top_k.hpp) land as each piece's values and indices, and a piece's sum is built
+// by adding each contributor's pairs into a zeroed piece, in worker-rank order: the sum of the
+// dense vectors they stand for, without making them dense per worker.
+//
 // Pushes in a 16-bit wire format (ps/wire_format.hpp) land in a 16-bit inbox, their counts in an
 // fp32 array beside it, and are converted to fp32 inside the sum; a 16-bit pull sends a 16-bit
 // copy of the shard, refreshed piece by piece after each update. The parameters and the
@@ -43,6 +47,7 @@
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/ps/detail/aggregate.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/top_k.hpp"
 #include "hpcps/ps/wire_format.hpp"
 
 namespace hpcps::ps {
@@ -62,7 +67,7 @@ class Server {
  public:
   Server(const comm::Communicator& world, const Layout& layout, int index, const float* initial_parameters,
          Sync sync, Optimizer optimizer, WireFormat push_wire = WireFormat::fp32,
-         WireFormat pull_wire = WireFormat::fp32)
+         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0)
       : world_(world),
         layout_(layout),
         index_(index),
@@ -75,13 +80,15 @@ class Server {
         params_(own_params_.data()),
         // The aggregating loop sums slices in it; a 16-bit slice is converted in it in either loop.
         block_(Sync::aggregates || push_wire != WireFormat::fp32 ? detail::aggregate_block : 0, 0.0f),
-        state_(optimizer_.make_state(range_.size())) {
+        state_(optimizer_.make_state(range_.size())),
+        top_k_(top_k) {
     const auto workers = static_cast<std::size_t>(layout.workers());
     for (std::size_t k = 0; k < layout.pieces(index); ++k) {
       const data::Range p = layout.piece(index, k);
       pieces_.push_back({p.begin - range_.begin, p.end - range_.begin});
     }
     counts_.assign(workers, 0.0f);
+    if (top_k_ > 0.0) prepare_top_k(workers);
     in_place_.assign(workers, nullptr);
     inboxes_.resize(workers);  // fp32: allocated on first use, for the workers whose pushes arrive as messages
     if (push_wire != WireFormat::fp32) {
@@ -207,7 +214,7 @@ class Server {
   // computations) and fp32 wires; called once, before start_aggregating().
   void attach_local_worker(std::size_t worker, const float* count, const float* gradient, float* parameters) {
     static_assert(Sync::aggregates, "ps::Server: a local worker is served clock by clock only");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || worker >= active_.size()) {
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || top_k_ > 0.0 || worker >= active_.size()) {
       throw Error(fmt::format("ps::Server: cannot attach local worker {} (of {}) with {} pushes and {} pulls", worker,
                               active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
     }
@@ -223,7 +230,7 @@ class Server {
   // local worker's vector in the window). Bulk-synchronous serving, fp32 wires; before serving.
   void attach_node_worker(std::size_t worker, const float* gradient, const comm::SharedWindow& window) {
     static_assert(Sync::aggregates, "ps::Server: workers share memory with a server that serves clock by clock only");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || worker >= active_.size() ||
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || top_k_ > 0.0 || worker >= active_.size() ||
         worker == local_) {
       throw Error(fmt::format("ps::Server: cannot share memory with worker {} (of {}) with {} pushes and {} pulls",
                               worker, active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
@@ -532,6 +539,7 @@ class Server {
   std::uint16_t* inbox_wire(std::size_t worker) { return inbox_wire_.data() + worker * range_.size(); }
   float push_count(std::size_t worker) {
     if (worker == local_) return *local_count_;
+    if (top_k_ > 0.0) return counts_[worker];
     return push_wire_ == WireFormat::fp32 && !in_place_[worker] ? inbox(worker)[0] : counts_[worker];
   }
   // A worker of this node other than the local one: its push is read in place, and only empty
@@ -539,7 +547,7 @@ class Server {
   bool shares_memory_with(std::size_t worker) const { return in_place_[worker] && worker != local_; }
   // Once the workers that share memory are known: the others' pushes need an inbox here.
   void allocate_inboxes() {
-    if (push_wire_ != WireFormat::fp32) return;
+    if (push_wire_ != WireFormat::fp32 || top_k_ > 0.0) return;
     for (std::size_t w = 0; w < inboxes_.size(); ++w) {
       if (!in_place_[w] && inboxes_[w].empty()) inboxes_[w].assign(range_.size() + 1, 0.0f);
     }
@@ -548,7 +556,9 @@ class Server {
   // params_[p] <- the rule applied to the sum of the contributors' piece p (shard-relative), in
   // contributors_' order.
   void aggregate(data::Range p, float scale) {
-    if (push_wire_ == WireFormat::fp32) {
+    if (top_k_ > 0.0) {
+      aggregate_top_k(p, scale);
+    } else if (push_wire_ == WireFormat::fp32) {
       piece_slices_.clear();
       for (std::size_t w : contributors_) {
         piece_slices_.push_back((in_place_[w] ? in_place_[w] : inbox(w) + 1) + p.begin);
@@ -561,6 +571,54 @@ class Server {
       detail::aggregate_and_step(push_wire_, optimizer_, state_, p.begin, params_ + p.begin,
                                  piece_wire_slices_.data(), piece_wire_slices_.size(), scale, p.size(), stats_.updates,
                                  block_.data());
+    }
+  }
+  // Each piece inside p (whole pieces: one, or the shard): the contributors' pairs added into a
+  // zeroed piece in contributors_' order, then the rule.
+  void aggregate_top_k(data::Range p, float scale) {
+    for (std::size_t k = 0; k < pieces_.size(); ++k) {
+      const data::Range piece = pieces_[k];
+      if (piece.begin < p.begin || piece.end > p.end) continue;
+      float* sum = piece_sum_.data();
+      std::fill(sum, sum + piece.size(), 0.0f);
+      const auto base = static_cast<std::uint32_t>(range_.begin + piece.begin);
+      for (std::size_t w : contributors_) {
+        const std::size_t at = w * sparse_stride_ + sparse_offset_[k];
+        scatter_add(sparse_indices_.data() + at, sparse_values_.data() + at, sparse_count_[k], base, sum);
+      }
+      optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
+    }
+  }
+  // Top-k pushes: per piece, how many pairs each worker sends and where they start in a worker's
+  // share of the value and index inboxes; every (worker, piece) receive built once over them.
+  void prepare_top_k(std::size_t workers) {
+    if (!(top_k_ > 0.0 && top_k_ <= 1.0)) {
+      throw Error(fmt::format("ps::Server: the top-k ratio must be in (0, 1], got {}", top_k_));
+    }
+    if (push_wire_ != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Server: top-k pushes carry fp32 values; the push wire is {}", wire_name(push_wire_)));
+    }
+    std::size_t largest = 0;
+    sparse_stride_ = 0;
+    for (const data::Range& piece : pieces_) {
+      sparse_offset_.push_back(sparse_stride_);
+      sparse_count_.push_back(top_k_count(top_k_, piece.size()));
+      sparse_stride_ += sparse_count_.back();
+      largest = std::max(largest, piece.size());
+    }
+    sparse_values_.assign(workers * sparse_stride_, 0.0f);
+    sparse_indices_.assign(workers * sparse_stride_, 0);
+    piece_sum_.assign(largest, 0.0f);
+    for (std::size_t w = 0; w < workers; ++w) {
+      for (std::size_t k = 0; k < pieces_.size(); ++k) {
+        const std::size_t at = w * sparse_stride_ + sparse_offset_[k], n = sparse_count_[k];
+        if (k == 0) {
+          sparse_receive_.emplace_back(
+              comm::Segments{{&counts_[w], 1}, {sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+        } else {
+          sparse_receive_.emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+        }
+      }
     }
   }
   // The 16-bit copy a 16-bit pull sends, of the shard's [begin, end) (no-op for fp32 pulls).
@@ -595,6 +653,7 @@ class Server {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
     if (shares_memory_with(worker)) return world_.irecv(&counts_[worker], k == 0 ? 1 : 0, rank, tags::push_piece(k));
+    if (top_k_ > 0.0) return sparse_receive_[worker * pieces_.size() + k].irecv(world_, rank, tags::push_piece(k));
     if (push_wire_ != WireFormat::fp32) {
       if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push_piece(0));
       return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push_piece(k));
@@ -615,6 +674,14 @@ class Server {
   std::vector<float> block_;
   std::vector<std::vector<float>> inboxes_;  // fp32 pushes received, by worker: [count, slice]
   typename Optimizer::State state_;
+  double top_k_ = 0.0;  // 0: dense pushes
+  // Top-k pushes (prepare_top_k): by piece, pairs per worker and their offset in a worker's share;
+  // the inboxes, worker after worker, sparse_stride_ pairs each; a piece's sum; the receives.
+  std::vector<std::size_t> sparse_offset_, sparse_count_;
+  std::size_t sparse_stride_ = 0;
+  std::vector<float> sparse_values_, piece_sum_;
+  std::vector<std::uint32_t> sparse_indices_;
+  std::vector<comm::Segments> sparse_receive_;
   std::vector<std::uint16_t> inbox_wire_, params_wire_;  // 16-bit pushes received, 16-bit copy for pulls
   std::vector<float> counts_;  // each worker's sample count: 16-bit pushes, and workers sharing memory
   std::vector<comm::Segments> first_piece_;              // 16-bit pushes: [count, piece 0] receive, by worker

@@ -311,6 +311,12 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                                       backups ? "backup workers drop a late worker's part, which" : "Balance::speed"),
                           world.rank() == 0);
   }
+  if (!options.checkpoint.empty() && ps.options().top_k > 0.0) {
+    // A checkpoint holds the servers' state; the workers' top-k residuals would be lost with it.
+    throw CollectiveError("ps::train: checkpoints do not hold the workers' top-k residuals yet: train with top-k "
+                          "pushes without TrainOptions::checkpoint (in the examples, without --checkpoint)",
+                          world.rank() == 0);
+  }
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0 and the servers must be able to write.

@@ -9,6 +9,10 @@
 // a send buffer of its own just before the piece leaves, so converting piece k overlaps the
 // transfer of piece k-1; a 16-bit pull is converted back piece by piece as the pieces arrive.
 //
+// With top-k pushes (a ratio in (0, 1]; ps/top_k.hpp) each piece of the gradient, plus what earlier
+// pushes held back of it (the residual, kept here), leaves as its ceil(ratio * size) largest
+// elements: [count,] values, then their indices; the rest stays in the residual for the next push.
+//
 // A server on the same node may share memory with this worker instead (attach_node_server; see
 // ps/server.hpp): the gradient and parameter vectors then live in a comm::SharedWindow, the
 // server reads the gradient where it is, and a pull copies each piece out of the server's shard
@@ -32,6 +36,7 @@
 #include "hpcps/nn/batch_stats.hpp"
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/top_k.hpp"
 #include "hpcps/ps/wire_format.hpp"
 
 namespace hpcps::ps {
@@ -77,7 +82,7 @@ class Worker {
 
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
          std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32,
-         bool overlap = true)
+         bool overlap = true, double top_k = 0.0)
       : world_(world),
         layout_(layout),
         network_(network),
@@ -91,7 +96,8 @@ class Worker {
         pull_wire_(pull_wire),
         grad_wire_(push_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
         params_wire_(pull_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
-        overlap_(overlap && overlaps_backpropagation) {
+        overlap_(overlap && overlaps_backpropagation),
+        top_k_(top_k) {
     if (max_batch > (std::size_t{1} << 24)) {
       // The sample count travels as the leading float of a push; floats count exactly to 2^24.
       throw Error(fmt::format("ps::Worker: batch of {} exceeds the largest supported ({})", max_batch, 1 << 24));
@@ -101,6 +107,7 @@ class Worker {
       device_grad_ = backend.make_buffer(layout.parameters());
     }
     std::size_t pieces = 0;
+    if (top_k_ > 0.0) prepare_top_k();
     describe_first_pushes();
     node_params_.assign(static_cast<std::size_t>(layout.servers()), nullptr);
     for (int s = 0; s < layout.servers(); ++s) {
@@ -194,6 +201,14 @@ class Worker {
     sends_.clear();
   }
 
+  // Top-k pushes: what they have held back so far, element by element (layout.parameters() floats;
+  // empty without top-k). Checkpoints would need it; restore_residual puts one back.
+  const std::vector<float>& residual() const { return residual_; }
+  void restore_residual(const float* values) {
+    if (top_k_ > 0.0) std::copy(values, values + residual_.size(), residual_.begin());
+  }
+  double top_k() const { return top_k_; }
+
   // A copy of the newest parameters this worker received.
   std::vector<float> parameters() const { return {params_, params_ + layout_.parameters()}; }
   // Parameters where the backend computes (device memory for a device backend).
@@ -247,6 +262,7 @@ class Worker {
   // sent nor pulled any more (host memory only: the server reads and writes these arrays).
   LocalEndpoint attach_local_server(int s) {
     static_assert(Backend::host_accessible, "ps::Worker: a local server reads the gradient in host memory");
+    if (top_k_ > 0.0) throw Error(fmt::format("ps::Worker: a local server {} cannot read top-k pushes in place", s));
     const auto elsewhere = [s](const PieceId& id) { return id.server != s; };
     push_order_.erase(std::stable_partition(push_order_.begin(), push_order_.end(), elsewhere), push_order_.end());
     pull_order_.erase(std::stable_partition(pull_order_.begin(), pull_order_.end(), elsewhere), pull_order_.end());
@@ -272,15 +288,54 @@ class Worker {
   // inside `window`. Host memory, fp32 wires; before start().
   void attach_node_server(int s, const float* shard_parameters, const comm::SharedWindow& window) {
     static_assert(Backend::host_accessible, "ps::Worker: a server on the node reads the gradient in host memory");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Worker: cannot share memory with server {} with {} pushes and {} pulls", s,
-                              wire_name(push_wire_), wire_name(pull_wire_)));
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || top_k_ > 0.0) {
+      throw Error(fmt::format("ps::Worker: cannot share memory with server {} with {} pushes{} and {} pulls", s,
+                              wire_name(push_wire_), top_k_ > 0.0 ? " (top-k)" : "", wire_name(pull_wire_)));
     }
     node_params_[static_cast<std::size_t>(s)] = shard_parameters;
     shared_window_ = &window;
   }
 
  private:
+  // Top-k: each piece's share of the value and index buffers, and its message, [count,] values,
+  // indices, over them (the buffers never move, so the datatypes are built once).
+  void prepare_top_k() {
+    if (!(top_k_ > 0.0 && top_k_ <= 1.0)) {
+      throw Error(fmt::format("ps::Worker: the top-k ratio must be in (0, 1], got {}", top_k_));
+    }
+    if (push_wire_ != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Worker: top-k pushes send fp32 values; the push wire is {}", wire_name(push_wire_)));
+    }
+    std::size_t total = 0, largest = 0;
+    sparse_offset_.resize(static_cast<std::size_t>(layout_.servers()));
+    sparse_count_.resize(sparse_offset_.size());
+    for (int s = 0; s < layout_.servers(); ++s) {
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
+        const std::size_t n = layout_.piece(s, k).size();
+        sparse_offset_[static_cast<std::size_t>(s)].push_back(total);
+        sparse_count_[static_cast<std::size_t>(s)].push_back(top_k_count(top_k_, n));
+        total += sparse_count_[static_cast<std::size_t>(s)].back();
+        largest = std::max(largest, n);
+      }
+    }
+    residual_.assign(layout_.parameters(), 0.0f);
+    sparse_values_.assign(total, 0.0f);
+    sparse_indices_.assign(total, 0);
+    selector_ = TopKSelector(largest);
+    sparse_push_.resize(sparse_offset_.size());
+    for (int s = 0; s < layout_.servers(); ++s) {
+      const auto server = static_cast<std::size_t>(s);
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
+        const std::size_t at = sparse_offset_[server][k], n = sparse_count_[server][k];
+        if (k == 0) {
+          sparse_push_[server].emplace_back(
+              comm::Segments{{&count_slot_, 1}, {sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+        } else {
+          sparse_push_[server].emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+        }
+      }
+    }
+  }
   // Piece 0 of each server's push: [count, piece 0 in the wire format].
   void describe_first_pushes() {
     first_push_.clear();
@@ -313,6 +368,10 @@ class Worker {
       shared_window_->sync();
       with_gradient = false;
     }
+    if (top_k_ > 0.0) {
+      push_top_k(s, k, with_gradient, rank, tag);
+      return;
+    }
     if (with_gradient && !fp32) wire::encode(push_wire_, grad_ + p.begin, p.size(), grad_wire_.data() + p.begin);
     const std::size_t n = with_gradient ? p.size() : 0;
     if (k == 0) {
@@ -322,6 +381,22 @@ class Worker {
       sends_.add(world_.isend(grad_ + p.begin, n, rank, tag));
     } else {
       sends_.add(world_.isend(grad_wire_.data() + p.begin, n, rank, tag));
+    }
+  }
+  // Piece k of server s as its top elements (the rest joins the residual), or, with no gradient,
+  // the count alone (piece 0) or an empty message: a prefix of what the server's receive takes.
+  void push_top_k(int s, std::size_t k, bool with_gradient, int rank, int tag) {
+    const auto server = static_cast<std::size_t>(s);
+    if (with_gradient) {
+      const data::Range p = layout_.piece(s, k);
+      const std::size_t at = sparse_offset_[server][k];
+      selector_.compress(grad_ + p.begin, residual_.data() + p.begin, p.size(), sparse_count_[server][k],
+                         static_cast<std::uint32_t>(p.begin), sparse_indices_.data() + at, sparse_values_.data() + at);
+      sends_.add(sparse_push_[server][k].isend(world_, rank, tag));
+    } else if (k == 0) {
+      sends_.add(count_only_push_[server].isend(world_, rank, tag));
+    } else {
+      sends_.add(world_.isend(sparse_values_.data(), 0, rank, tag));
     }
   }
   void send_push_clock() {
@@ -416,6 +491,15 @@ class Worker {
   std::size_t unsent_ = 0;           // push_order_[0, unsent_) has not left in this step yet
   bool uploads_pending_ = false;     // a device backend may still be reading params_ (post_pulls)
   bool overlap_ = false;
+  double top_k_ = 0.0;  // 0: dense pushes
+  // Top-k pushes (prepare_top_k): the residual, the selector's scratch, the selected values and
+  // indices of every piece side by side, and, by server and piece, where its share starts, how
+  // many it sends and its message.
+  std::vector<float> residual_, sparse_values_;
+  std::vector<std::uint32_t> sparse_indices_;
+  TopKSelector selector_;
+  std::vector<std::vector<std::size_t>> sparse_offset_, sparse_count_;
+  std::vector<std::vector<comm::Segments>> sparse_push_;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
   const comm::SharedWindow* shared_window_ = nullptr;
   comm::RequestSet sends_, receives_;
