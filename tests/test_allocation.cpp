@@ -160,52 +160,16 @@ TEST_CASE("no allocation in the steady-state training step", "[ps][mpi]") {
   CHECK(hpcps_test::allocations.load() > before);
 }
 
-TEST_CASE("no allocation in the steady-state step with 16-bit pushes and pulls", "[wire][mpi]") {
-  const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs at least 2 ranks (a worker and a server)");
-    return;
-  }
-  const bool server = world.rank() == world.size() - 1;
-  for (const WireFormat pull : {WireFormat::fp32, WireFormat::bf16}) {
-    INFO("bf16 pushes, " << hpcps::ps::wire_name(pull) << " pulls");
-    using Sync = hpcps::sync::Synchronous;
-    const long short_run = allocations_during<Sync>(5, 1, WireFormat::bf16, pull);
-    const long long_run = allocations_during<Sync>(25, 1, WireFormat::bf16, pull);
-    INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
-    if (server) {
-      CHECK(long_run == short_run);
-    } else {
-      CHECK(short_run == 0);
-      CHECK(long_run == 0);
-    }
-    const long colocated = allocations_during<Sync>(25, 0, WireFormat::bf16, pull);
-    INFO("colocated: " << colocated << " allocations for 25 clocks");
-    CHECK(colocated == 0);
-    // The individual loop (asynchronous): its server's count must not grow with the clocks either.
-    using Async = hpcps::sync::Asynchronous;
-    const long async_short = allocations_during<Async>(5, 1, WireFormat::bf16, pull);
-    const long async_long = allocations_during<Async>(25, 1, WireFormat::bf16, pull);
-    INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
-    if (server) {
-      CHECK(async_long == async_short);
-    } else {
-      CHECK(async_long == 0);
-    }
-  }
-}
+namespace {
 
-TEST_CASE("no allocation in the steady-state step with top-k pushes", "[top_k][mpi]") {
+// Dedicated (1 server), colocated and asynchronous runs with these pushes and pulls: a worker
+// allocates nothing after its first clock, and a server's count does not grow with the clocks.
+void check_steady_state_without_allocation(WireFormat push, WireFormat pull, double top_k) {
   const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs at least 2 ranks (a worker and a server)");
-    return;
-  }
   const bool server = world.rank() == world.size() - 1;
-  const auto fp32 = WireFormat::fp32;
   using Sync = hpcps::sync::Synchronous;
-  const long short_run = allocations_during<Sync>(5, 1, fp32, fp32, true, 0.1);
-  const long long_run = allocations_during<Sync>(25, 1, fp32, fp32, true, 0.1);
+  const long short_run = allocations_during<Sync>(5, 1, push, pull, true, top_k);
+  const long long_run = allocations_during<Sync>(25, 1, push, pull, true, top_k);
   INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
   if (server) {
     CHECK(long_run == short_run);
@@ -213,18 +177,40 @@ TEST_CASE("no allocation in the steady-state step with top-k pushes", "[top_k][m
     CHECK(short_run == 0);
     CHECK(long_run == 0);
   }
-  const long colocated = allocations_during<Sync>(25, 0, fp32, fp32, true, 0.1);
+  const long colocated = allocations_during<Sync>(25, 0, push, pull, true, top_k);
   INFO("colocated: " << colocated << " allocations for 25 clocks");
   CHECK(colocated == 0);
+  // The individual loop (asynchronous): its server's count must not grow with the clocks either.
   using Async = hpcps::sync::Asynchronous;
-  const long async_short = allocations_during<Async>(5, 1, fp32, fp32, true, 0.1);
-  const long async_long = allocations_during<Async>(25, 1, fp32, fp32, true, 0.1);
+  const long async_short = allocations_during<Async>(5, 1, push, pull, true, top_k);
+  const long async_long = allocations_during<Async>(25, 1, push, pull, true, top_k);
   INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
   if (server) {
     CHECK(async_long == async_short);
   } else {
     CHECK(async_long == 0);
   }
+}
+
+}  // namespace
+
+TEST_CASE("no allocation in the steady-state step with 16-bit pushes and pulls", "[wire][mpi]") {
+  if (hpcps::comm::Communicator::world().size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  for (const WireFormat pull : {WireFormat::fp32, WireFormat::bf16}) {
+    INFO("bf16 pushes, " << hpcps::ps::wire_name(pull) << " pulls");
+    check_steady_state_without_allocation(WireFormat::bf16, pull, 0.0);
+  }
+}
+
+TEST_CASE("no allocation in the steady-state step with top-k pushes", "[top_k][mpi]") {
+  if (hpcps::comm::Communicator::world().size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  check_steady_state_without_allocation(WireFormat::fp32, WireFormat::fp32, 0.1);
 }
 
 // Balancing (ps/balance.hpp) runs every clock: the parts of full and short batches and the speed
