@@ -134,19 +134,12 @@ class ParameterServer {
         options_(options),
         identity_(resume_expectation(network, sync, optimizer)) {
     // Every rank agreed on these options (composition): each refuses them alike.
-    if (options.top_k != 0.0 && !(options.top_k > 0.0 && options.top_k <= 1.0)) {
-      throw Error(fmt::format("ParameterServer: the top-k ratio (Options::top_k) must be in (0, 1], or 0 for dense "
-                              "pushes; got {}", options.top_k));
-    }
+    if (options.top_k != 0.0) ps::check_top_k(options.top_k, options.wire, "ParameterServer");
     if (network_has_state && options.top_k > 0.0) {
       // The state slots carry each worker's batch statistics for the servers to average: held
       // back and added up like gradients they would be wrong, not merely late.
       throw Error("ParameterServer: top-k pushes would sparsify the network's running statistics (batch "
                   "normalization); use dense pushes (Options::top_k = 0) for this network");
-    }
-    if (options.top_k > 0.0 && options.wire != ps::WireFormat::fp32) {
-      throw Error(fmt::format("ParameterServer: top-k pushes send fp32 values; the push wire (Options::wire) is {}",
-                              ps::wire_name(options.wire)));
     }
     // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
     const int tag_ub = world_.tag_upper_bound();

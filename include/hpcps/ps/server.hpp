@@ -592,12 +592,7 @@ class Server {
   // Top-k pushes: per piece, how many pairs each worker sends and where they start in a worker's
   // share of the value and index inboxes; every (worker, piece) receive built once over them.
   void prepare_top_k(std::size_t workers) {
-    if (!(top_k_ > 0.0 && top_k_ <= 1.0)) {
-      throw Error(fmt::format("ps::Server: the top-k ratio must be in (0, 1], got {}", top_k_));
-    }
-    if (push_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Server: top-k pushes carry fp32 values; the push wire is {}", wire_name(push_wire_)));
-    }
+    check_top_k(top_k_, push_wire_, "ps::Server");
     std::size_t largest = 0;
     sparse_stride_ = 0;
     for (const data::Range& piece : pieces_) {

@@ -21,8 +21,22 @@
 #include <fmt/format.h>
 
 #include "hpcps/error.hpp"
+#include "hpcps/ps/wire_format.hpp"
 
 namespace hpcps::ps {
+
+// Refuses top-k pushes that cannot travel: a ratio outside (0, 1] (0, dense pushes, is not top-k),
+// or values in a 16-bit push wire. `who` names the caller in the message.
+inline void check_top_k(double ratio, WireFormat push_wire, const char* who) {
+  if (!(ratio > 0.0 && ratio <= 1.0)) {
+    throw Error(fmt::format("{}: the top-k ratio (Options::top_k) must be in (0, 1], or 0 for dense pushes; got {}",
+                            who, ratio));
+  }
+  if (push_wire != WireFormat::fp32) {
+    throw Error(fmt::format("{}: top-k pushes send fp32 values; the push wire (Options::wire) is {}", who,
+                            wire_name(push_wire)));
+  }
+}
 
 // Elements a piece of n sends at `ratio` (in (0, 1]): ceil(ratio * n), at least one of a non-empty
 // piece, so every piece's message has a size both sides know before it travels.

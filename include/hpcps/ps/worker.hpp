@@ -202,12 +202,8 @@ class Worker {
   }
 
   // Top-k pushes: what they have held back so far, element by element (layout.parameters() floats;
-  // empty without top-k). Checkpoints would need it; restore_residual puts one back.
+  // empty without top-k).
   const std::vector<float>& residual() const { return residual_; }
-  void restore_residual(const float* values) {
-    if (top_k_ > 0.0) std::copy(values, values + residual_.size(), residual_.begin());
-  }
-  double top_k() const { return top_k_; }
 
   // A copy of the newest parameters this worker received.
   std::vector<float> parameters() const { return {params_, params_ + layout_.parameters()}; }
@@ -300,12 +296,7 @@ class Worker {
   // Top-k: each piece's share of the value and index buffers, and its message, [count,] values,
   // indices, over them (the buffers never move, so the datatypes are built once).
   void prepare_top_k() {
-    if (!(top_k_ > 0.0 && top_k_ <= 1.0)) {
-      throw Error(fmt::format("ps::Worker: the top-k ratio must be in (0, 1], got {}", top_k_));
-    }
-    if (push_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Worker: top-k pushes send fp32 values; the push wire is {}", wire_name(push_wire_)));
-    }
+    check_top_k(top_k_, push_wire_, "ps::Worker");
     std::size_t total = 0, largest = 0;
     sparse_offset_.resize(static_cast<std::size_t>(layout_.servers()));
     sparse_count_.resize(sparse_offset_.size());
