@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
@@ -274,13 +273,7 @@ int run(const Options& o) {
   }
   json.end_array().end_object();
   std::fprintf(stderr, "(%.1f s)\n", elapsed);
-  if (o.out.empty()) {
-    std::printf("%s\n", json.str().c_str());
-  } else {
-    std::ofstream f(o.out);
-    f << json.str() << '\n';
-    if (!f) throw std::runtime_error("cannot write " + o.out);
-  }
+  hpcps_bench::print_or_write_json(json.str(), o.out);
   return 0;
 }
 

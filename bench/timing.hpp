@@ -6,6 +6,8 @@
 #include <ctime>
 #include <cstddef>
 #include <cstdio>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -112,6 +114,17 @@ bool parse_flag_pairs(int argc, char** argv, Set&& set) {
     }
   }
   return true;
+}
+
+// A benchmark's JSON: on stdout without a path, else into the file at `path`.
+inline void print_or_write_json(const std::string& text, const std::string& path) {
+  if (path.empty()) {
+    std::printf("%s\n", text.c_str());
+    return;
+  }
+  std::ofstream f(path);
+  f << text << '\n';
+  if (!f) throw std::runtime_error("cannot write " + path);
 }
 
 }  // namespace hpcps_bench

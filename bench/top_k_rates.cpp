@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -211,13 +210,7 @@ int run(const Options& o) {
                  k.ratio, pairs, t.median * 1e3, t.low * 1e3, t.high * 1e3, wire_bytes, against.c_str());
   }
   json.end_array().end_object();
-  if (o.out.empty()) {
-    std::printf("%s\n", json.str().c_str());
-  } else {
-    std::ofstream f(o.out);
-    f << json.str() << '\n';
-    if (!f) throw std::runtime_error("cannot write " + o.out);
-  }
+  hpcps_bench::print_or_write_json(json.str(), o.out);
   return 0;
 }
 

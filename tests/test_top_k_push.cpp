@@ -12,6 +12,7 @@
 #include "hpcps/hpcps.hpp"
 
 #include "synthetic_data.hpp"
+#include "train_clocks.hpp"
 
 namespace {
 
@@ -73,16 +74,9 @@ hpcps::data::Dataset dyadic(std::size_t count, std::size_t features) {
   return d;
 }
 
-struct Trained {
-  std::vector<float> worker;    // the worker's parameters after its last pull (empty on a pure server)
-  std::vector<float> residual;  // what its top-k pushes still hold back
-  std::vector<float> master;    // this rank's server shard (empty elsewhere)
-  hpcps::data::Range range;
-};
-
 template <class Sync, class Optimizer, class Network>
-Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, double top_k,
-              std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer) {
+hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, double top_k,
+                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer) {
   using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, Optimizer>;
   const auto world = hpcps::comm::Communicator::world();
   typename Server::Options options;
@@ -92,27 +86,7 @@ Trained train(const Network& net, const hpcps::data::Dataset& data, int servers,
   options.piece_floats = piece_floats;
   options.top_k = top_k;
   Server ps(world, net, hpcps::backend::Cpu(1), options, {}, optimizer);
-  const auto workers = static_cast<std::size_t>(ps.layout().workers());
-  Trained out;
-  if (ps.is_worker()) {
-    auto& worker = ps.worker();
-    worker.start();
-    for (std::size_t t = 0; t < steps; ++t) {
-      const std::size_t first = (t * workers + static_cast<std::size_t>(ps.worker_index())) * b;
-      worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
-    }
-    worker.finish();
-    out.worker = worker.parameters();
-    out.residual = worker.residual();
-  } else {
-    ps.server().run();
-  }
-  if (ps.is_server()) {
-    out.master = ps.server().parameters();
-    out.range = ps.server().range();
-  }
-  world.barrier();
-  return out;
+  return hpcps_test::train_clocks(ps, data, b, steps);
 }
 
 // The element-wise sum over all ranks of `v` (n floats; a rank without one adds zeros), in rank

@@ -15,6 +15,7 @@
 
 #include "ps_reference.hpp"
 #include "synthetic_data.hpp"
+#include "train_clocks.hpp"
 
 namespace {
 
@@ -220,16 +221,10 @@ double normwise_relative_difference(const std::vector<float>& a, const std::vect
   return std::sqrt(error / norm);
 }
 
-struct Trained {
-  std::vector<float> worker;  // worker 0's parameters after its last pull (empty elsewhere)
-  std::vector<float> master;  // this rank's server shard, fp32 (empty elsewhere)
-  hpcps::data::Range range;
-};
-
 // W workers (or one worker, for the asynchronous strategy) train `steps` clocks of batch b.
 template <class Sync, class Network>
-Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, WireFormat push, WireFormat pull,
-              std::size_t piece_floats, std::size_t b, std::size_t steps, float lr) {
+hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, WireFormat push,
+                          WireFormat pull, std::size_t piece_floats, std::size_t b, std::size_t steps, float lr) {
   using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
   typename Server::Options options;
@@ -240,26 +235,7 @@ Trained train(const Network& net, const hpcps::data::Dataset& data, int servers,
   options.wire = push;
   options.pull_wire = pull;
   Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
-  const auto workers = static_cast<std::size_t>(ps.layout().workers());
-  Trained out;
-  if (ps.is_worker()) {
-    auto& worker = ps.worker();
-    worker.start();
-    for (std::size_t t = 0; t < steps; ++t) {
-      const std::size_t first = (t * workers + static_cast<std::size_t>(ps.worker_index())) * b;
-      worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
-    }
-    worker.finish();
-    out.worker = worker.parameters();
-  } else {
-    ps.server().run();
-  }
-  if (ps.is_server()) {
-    out.master = ps.server().parameters();
-    out.range = ps.server().range();
-  }
-  world.barrier();
-  return out;
+  return hpcps_test::train_clocks(ps, data, b, steps);
 }
 
 // Worker 0's parameters on every rank (each server compares its own shard with them).
