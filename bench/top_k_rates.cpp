@@ -1,7 +1,9 @@
 // What top-k pushes (ps/top_k.hpp) cost the worker and the server, one thread, one process: per
 // piece of N floats and ratio r (k = ceil(r N) pairs),
 //   worker: TopKSelector::compress (residual += gradient, select the k largest, send them) against
-//           the bf16 encoding a 16-bit push does and against a plain copy of the piece;
+//           the bf16 encoding a 16-bit push does and against a plain copy of the piece, and against
+//           the same selection done by comparisons (std::nth_element over indices, then a sort of
+//           the k: what TopKSelector did before its radix selection);
 //   server: the sum of W workers' pushes as the server builds it (a zeroed piece plus each
 //           worker's pairs, scatter_add), against densifying each worker's pairs into a slice of
 //           its own and summing the W slices, and against the sum of W dense fp32 slices that dense
@@ -15,8 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -37,6 +41,31 @@ std::string format_ratio(const hpcps_bench::Summary& s) {
   char text[64];
   std::snprintf(text, sizeof text, "%.3f (%.3f-%.3f)x", s.median, s.low, s.high);
   return text;
+}
+
+// The comparison selection TopKSelector::compress replaced, with the same result: the k largest
+// magnitudes (ties to the lower index), sent in index order, zeroed in the residual.
+void select_by_comparison(const float* gradient, float* residual, std::size_t n, std::size_t k,
+                          std::vector<std::uint32_t>& order, std::uint32_t* indices, float* values) {
+  for (std::size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+  std::iota(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), std::uint32_t{0});
+  const auto magnitude = [](float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u & 0x7FFFFFFFu;
+  };
+  const auto larger = [&](std::uint32_t a, std::uint32_t b) {
+    const std::uint32_t ma = magnitude(residual[a]), mb = magnitude(residual[b]);
+    return ma > mb || (ma == mb && a < b);
+  };
+  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                   order.begin() + static_cast<std::ptrdiff_t>(n), larger);
+  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+  for (std::size_t j = 0; j < k; ++j) {
+    indices[j] = order[j];
+    values[j] = residual[order[j]];
+    residual[order[j]] = 0.0f;
+  }
 }
 
 struct Options {
@@ -70,6 +99,7 @@ int run(const Options& o) {
   std::vector<std::uint16_t> encoded(n);
   std::vector<std::uint32_t> sent_indices(n);  // what compress sends, at any ratio
   std::vector<float> sent_values(n);
+  std::vector<std::uint32_t> order(n);
   std::vector<float> dense(w * n), sum(n), slices(w * n);
   for (float& d : dense) d = normal(rng);
 
@@ -119,6 +149,12 @@ int run(const Options& o) {
     const std::size_t k = counts[j];
     add("top-k compress", "worker", o.ratios[j], [&, k] {
                          selector.compress(gradient.data(), residual.data(), n, k, 0, sent_indices.data(), sent_values.data());
+                         clobber(residual.data());
+                         clobber(sent_values.data());
+                       });
+    add("comparison select", "worker", o.ratios[j], [&, k] {
+                         select_by_comparison(gradient.data(), residual.data(), n, k, order, sent_indices.data(),
+                                              sent_values.data());
                          clobber(residual.data());
                          clobber(sent_values.data());
                        });
@@ -199,6 +235,12 @@ int run(const Options& o) {
       json.field("reference", ref.name).field("over_reference_median", p.median).field("over_reference_min", p.low)
           .field("over_reference_max", p.high);
       against = format_ratio(p) + " " + ref.name;
+      if (k.name == "top-k compress") {
+        const auto q = paired(k, find("comparison select", k.ratio));
+        json.field("over_comparison_median", q.median).field("over_comparison_min", q.low)
+            .field("over_comparison_max", q.high);
+        against += "; " + format_ratio(q) + " comparison";
+      }
       if (k.name == "sparse sum") {
         const auto q = paired(k, find("densify then sum", k.ratio));
         json.field("over_densify_median", q.median).field("over_densify_min", q.low).field("over_densify_max", q.high);

@@ -4,8 +4,10 @@
 // run), and the server's sparse sum against the dense sum of the same pieces.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -71,6 +73,60 @@ TEST_CASE("top-k sends the largest magnitudes, ties to the lower index, NaN befo
   CHECK(indices[1] == 3);
   CHECK(values[0] == -inf);
   CHECK(std::isnan(values[1]));
+}
+
+// The k an ordering by (magnitude bits descending, index ascending) puts first, in index order.
+std::vector<std::uint32_t> reference_top_k(const std::vector<float>& x, std::size_t k) {
+  const auto bits = [](float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    return u & 0x7FFFFFFFu;
+  };
+  std::vector<std::uint32_t> order(x.size());
+  for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return bits(x[a]) > bits(x[b]); });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+TEST_CASE("the radix selection picks what a sort by magnitude, then index, picks", "[top_k]") {
+  // Values made to stress a selection by bits: magnitudes that share their high bits and differ
+  // only in the low mantissa bits, runs of exact ties across the k-th place, both zeros,
+  // subnormals, infinities and NaNs of different payloads.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const int kind = GENERATE(0, 1, 2, 3);
+  std::mt19937 rng(static_cast<unsigned>(17 + kind));
+  const std::size_t n = 300;
+  std::vector<float> x(n);
+  std::uniform_int_distribution<int> pick(0, 9), low(0, 7);
+  for (auto& v : x) {
+    switch (kind) {
+      case 0: v = 1.0f + static_cast<float>(low(rng)) * 1e-7f; break;        // one high-bits bucket, ties
+      case 1: v = static_cast<float>(pick(rng) - 5) / 4.0f; break;         // few values, many ties, zeros
+      case 2: v = static_cast<float>(low(rng)) * tiny * (pick(rng) < 5 ? -1.0f : 1.0f); break;  // subnormals
+      default: {
+        const int p = pick(rng);
+        v = p == 0 ? nan : p == 1 ? -inf : p == 2 ? -0.0f : p == 3 ? std::nanf("7") : std::ldexp(1.0f, p * 10 - 60);
+      }
+    }
+  }
+  const std::size_t k = GENERATE(1, 2, 29, 150, 299, 300);
+  TopKSelector select(n);
+  std::vector<float> residual(n, 0.0f);
+  std::vector<std::uint32_t> indices(k);
+  std::vector<float> values(k);
+  select.compress(x.data(), residual.data(), n, k, 0, indices.data(), values.data());
+  for (auto& v : x) v = 0.0f + v;  // what the selection saw: -0 is +0 after the residual's add
+  const auto expected = reference_top_k(x, k);
+  CHECK(indices == expected);
+  std::size_t wrong = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    if (std::memcmp(&values[j], &x[expected[j]], sizeof(float)) != 0) ++wrong;
+    if (residual[expected[j]] != 0.0f) ++wrong;
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("top-k of every element sends the sum and keeps nothing back", "[top_k]") {

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
@@ -50,10 +49,15 @@ inline std::size_t top_k_count(double ratio, std::size_t n) {
 }
 
 // Selects and sends the top k of pieces up to `max_piece` elements, with buffers sized once: a
-// selection allocates nothing.
+// selection allocates nothing. A radix selection over the magnitudes' bits: one pass adds the
+// gradient and counts the elements by their 16 high magnitude bits, a second counts the low 15
+// bits of those in the bucket where the k-th largest falls, which fixes the k-th magnitude T; a
+// third sends every element above T and the first of those equal to T, in index order. Three
+// streaming passes instead of a comparison selection over indices (bench/top_k_rates.cpp).
 class TopKSelector {
  public:
-  explicit TopKSelector(std::size_t max_piece = 0) : order_(max_piece) {}
+  explicit TopKSelector(std::size_t max_piece = 0)
+      : max_piece_(max_piece), high_(max_piece > 0 ? high_buckets : 0), low_(max_piece > 0 ? low_buckets : 0) {}
 
   // residual[i] += gradient[i] for i < n, then the k elements of largest magnitude leave: their
   // indices plus `base` into indices[0, k) in ascending order, their values into values[0, k),
@@ -62,42 +66,59 @@ class TopKSelector {
   void compress(const float* gradient, float* residual, std::size_t n, std::size_t k, std::uint32_t base,
                 std::uint32_t* indices, float* values) {
     if (k > n) throw Error(fmt::format("ps::TopKSelector: {} of {} elements asked for", k, n));
-    if (n > order_.size()) {
+    if (n > max_piece_) {
       throw Error(fmt::format("ps::TopKSelector: a piece of {} elements exceeds the {} it was made for", n,
-                              order_.size()));
+                              max_piece_));
     }
     if (static_cast<std::uint64_t>(base) + n > std::numeric_limits<std::uint32_t>::max()) {
       throw Error(fmt::format("ps::TopKSelector: indices up to {} do not fit 32 bits", base + n));
     }
-    for (std::size_t i = 0; i < n; ++i) residual[i] += gradient[i];
-    if (k == 0) return;
-    std::uint32_t* order = order_.data();
-    std::iota(order, order + n, std::uint32_t{0});
-    if (k < n) {
-      // The bits of |x| order magnitudes as unsigned integers (NaNs above inf): a strict total order
-      // with the index as tie-break, so the selected set depends on the values alone.
-      const auto larger = [residual](std::uint32_t a, std::uint32_t b) {
-        const std::uint32_t ma = magnitude(residual[a]), mb = magnitude(residual[b]);
-        return ma > mb || (ma == mb && a < b);
-      };
-      std::nth_element(order, order + (k - 1), order + n, larger);
-      std::sort(order, order + k);
+    if (k == 0) {
+      for (std::size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+      return;
     }
-    for (std::size_t j = 0; j < k; ++j) {
-      const std::uint32_t i = order[j];
-      indices[j] = base + i;
-      values[j] = residual[i];
-      residual[i] = 0.0f;
+    // The bits of |x| order magnitudes as unsigned integers (NaNs above inf); with the index as
+    // tie-break that is a strict total order, so the selected set depends on the values alone.
+    std::uint32_t* high = high_.data();
+    std::fill(high, high + high_buckets, 0u);
+    for (std::size_t i = 0; i < n; ++i) residual[i] += gradient[i];
+    for (std::size_t i = 0; i < n; ++i) ++high[magnitude(residual[i]) >> low_bits];
+    std::size_t above = 0;  // elements in buckets above the k-th largest's
+    std::uint32_t bucket = high_buckets - 1;
+    while (above + high[bucket] < k) above += high[bucket--];
+    std::uint32_t* low = low_.data();
+    std::fill(low, low + low_buckets, 0u);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t m = magnitude(residual[i]);
+      if ((m >> low_bits) == bucket) ++low[m & (low_buckets - 1)];
+    }
+    std::uint32_t rest = low_buckets - 1;
+    while (above + low[rest] < k) above += low[rest--];
+    const std::uint32_t threshold = (bucket << low_bits) | rest;
+    std::size_t equal = k - above;  // of the elements equal to the threshold, the lowest-indexed go
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint32_t m = magnitude(residual[i]);
+      if (m > threshold || (m == threshold && equal > 0)) {
+        if (m == threshold) --equal;
+        indices[j] = base + static_cast<std::uint32_t>(i);
+        values[j] = residual[i];
+        residual[i] = 0.0f;
+        ++j;
+      }
     }
   }
 
  private:
+  static constexpr unsigned low_bits = 15;
+  static constexpr std::uint32_t high_buckets = std::uint32_t{1} << (31 - low_bits), low_buckets = std::uint32_t{1} << low_bits;
   static std::uint32_t magnitude(float x) {
     std::uint32_t u;
     std::memcpy(&u, &x, sizeof u);
     return u & 0x7FFFFFFFu;
   }
-  std::vector<std::uint32_t> order_;
+  std::size_t max_piece_ = 0;
+  std::vector<std::uint32_t> high_, low_;  // counts by the magnitude's high and low bits
 };
 
 // dense[indices[j] - base] += values[j] for j < k: one sparse piece added into a dense sum. Adding
