@@ -58,9 +58,10 @@ void remove_folders(const hpcps::comm::Communicator& world) {
 }
 
 template <class Server>
-typename Server::Options options(int servers, const std::string& resume = {}) {
+typename Server::Options options(int servers, const std::string& resume = {}, double top_k = 0.0) {
   typename Server::Options o;
   o.servers = servers;
+  o.top_k = top_k;
   o.max_batch = 32;
   o.piece_floats = 100;  // several pieces per shard
   o.resume = resume;
@@ -83,8 +84,8 @@ struct Outcome {
 
 template <class Server, class Optimizer>
 Outcome run(const hpcps::comm::Communicator& world, int servers, const hpcps::ps::TrainOptions& t, Optimizer optimizer,
-            const std::string& resume = {}) {
-  Server ps(world, network(), hpcps::backend::Cpu(1), options<Server>(servers, resume), {}, optimizer);
+            const std::string& resume = {}, double top_k = 0.0) {
+  Server ps(world, network(), hpcps::backend::Cpu(1), options<Server>(servers, resume, top_k), {}, optimizer);
   Outcome o;
   o.report = hpcps::ps::train(ps, train_set(), &test_set(), t);
   if (world.rank() == 0) {
@@ -131,6 +132,105 @@ TEST_CASE("a run resumed at an epoch boundary ends with the bits of the uninterr
     if (world.rank() == 0) CHECK(adam_resumed.parameters == adam_whole.parameters);
   }
   remove_folders(world);
+}
+
+// Top-k pushes hold part of every gradient back on the workers (ps/top_k.hpp): a checkpoint that
+// lost the residuals would resume to other bits, and lose gradient for good.
+TEST_CASE("a top-k run resumed at an epoch boundary ends with the bits of the uninterrupted run", "[checkpoint][top_k]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const double ratio = 0.1;
+  for (const int servers : layouts(world.size())) {
+    INFO("servers " << servers);
+    const std::string folder = fresh_folder(world, "top-k");
+    const Outcome whole = run<Ps>(world, servers, train_options(3), momentum, {}, ratio);
+    auto first = train_options(1);
+    first.checkpoint = folder;
+    const Outcome part = run<Ps>(world, servers, first, momentum, {}, ratio);
+    CHECK(part.report.checkpoints == 1);
+    const Outcome resumed = run<Ps>(world, servers, train_options(3), momentum, folder, ratio);
+    if (world.rank() == 0) {
+      CHECK(resumed.report.epochs.size() == 2);
+      CHECK(resumed.parameters == whole.parameters);
+      CHECK(part.parameters != whole.parameters);  // the comparison can fail
+    }
+  }
+  remove_folders(world);
+}
+
+// Fewer (or more) workers than wrote the checkpoint: new worker w' holds the sum of the old
+// residuals w with w % W' == w', in old-worker order, so nothing held back is dropped.
+TEST_CASE("a top-k checkpoint resumes on another number of workers with every residual kept",
+          "[checkpoint][top_k]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::MomentumSgd momentum(0.05f);
+  const std::string folder = fresh_folder(world, "top-k-relayout");
+  auto t = train_options(1);
+  t.checkpoint = folder;
+  run<Ps>(world, 0, t, momentum, {}, 0.1);  // every rank a worker
+  const std::string dir = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
+  // The files as written, read by hand: parameter count floats each.
+  const std::size_t n = network().parameter_count();
+  std::vector<std::vector<float>> written(static_cast<std::size_t>(world.size()), std::vector<float>(n));
+  std::size_t nonzero = 0;
+  for (std::size_t w = 0; w < written.size(); ++w) {
+    std::ifstream in(dir + "/" + hpcps::checkpoint::residual_file(w), std::ios::binary);
+    in.read(reinterpret_cast<char*>(written[w].data()), static_cast<std::streamsize>(n * sizeof(float)));
+    CHECK(in.gcount() == static_cast<std::streamsize>(n * sizeof(float)));
+    for (const float x : written[w]) nonzero += x != 0.0f;
+  }
+  CHECK(nonzero > 0);
+  for (int servers = 0; servers < world.size(); ++servers) {
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
+    INFO("resumed with " << servers << " servers, " << workers << " workers");
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, folder, 0.1), {}, momentum);
+    if (ps.is_worker()) {
+      std::vector<float> expected(n, 0.0f);
+      for (std::size_t w = static_cast<std::size_t>(world.rank()); w < written.size(); w += static_cast<std::size_t>(workers)) {
+        for (std::size_t i = 0; i < n; ++i) expected[i] += written[w][i];
+      }
+      CHECK(ps.worker().residual() == expected);
+    }
+  }
+  // A dense run would drop what the residuals hold: refused, on every rank, with the reason.
+  std::string message;
+  try {
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(0, folder), {}, momentum);
+  } catch (const hpcps::CollectiveError& e) {
+    message = e.reporter() ? e.what() : "not the reporter";
+  }
+  CHECK_THAT(message, Catch::Contains("not the reporter") ||
+                          (Catch::Contains("MANIFEST") && Catch::Contains("written with top-k pushes") &&
+                           Catch::Contains("resume with top-k pushes")));
+  remove_folders(world);
+}
+
+TEST_CASE("a manifest lists one residual file per worker, of the parameters' size, or none", "[checkpoint][top_k]") {
+  hpcps::checkpoint::Manifest m;
+  m.network = "mlp[12-16-4]-tanh";
+  m.parameters = 100;
+  m.clocks_per_epoch = 10;
+  m.workers = 2;
+  m.shards = {{0, 100}};
+  m.files = {{hpcps::checkpoint::shard_file(0), 400, 7}};
+  CHECK(hpcps::checkpoint::parse(hpcps::checkpoint::to_text(m), "M").residuals.empty());
+  m.residuals = {{hpcps::checkpoint::residual_file(0), 400, 1}, {hpcps::checkpoint::residual_file(1), 400, 2}};
+  const auto back = hpcps::checkpoint::parse(hpcps::checkpoint::to_text(m), "M");
+  REQUIRE(back.residuals.size() == 2);
+  CHECK(back.residuals[1].name == "residual-00001.bin");
+  CHECK(back.residuals[1].crc == 2);
+  const auto refused = [](hpcps::checkpoint::Manifest bad, const std::string& reason) {
+    CHECK_THROWS_WITH(hpcps::checkpoint::parse(hpcps::checkpoint::to_text(bad), "M"), Catch::Contains(reason));
+  };
+  auto one = m;
+  one.residuals.pop_back();
+  refused(one, "1 residual files for 2 workers");
+  auto renamed = m;
+  renamed.residuals[1].name = hpcps::checkpoint::residual_file(0);
+  refused(renamed, "residual 1 is 'residual-00000.bin', not 'residual-00001.bin'");
+  auto short_file = m;
+  short_file.residuals[0].bytes = 396;
+  refused(short_file, "residual-00000.bin is listed with 396 bytes; 100 parameters need 400");
 }
 
 // Dropout's masks follow the samples' place in training (nn::SamplePosition), not a count of the

@@ -322,6 +322,28 @@ TEST_CASE("a colocated rank's own slice skips MPI without changing a bit", "[ps]
   CHECK(prints[0] != fingerprint(initial));
 }
 
+// A colocated server once sent its initial parameters from the ParameterServer's constructor:
+// destroyed untrained, it left those messages in flight, and MPICH gave the next duplicate of the
+// world the freed communicator's context, where they matched (and overflowed) the next run's
+// receives. Now nothing leaves before Worker::start().
+TEST_CASE("a ParameterServer destroyed untrained leaves no message for the next one", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const auto train = synthetic(40, 6, 4, 13);
+  const Net small({6, 8, 4});
+  const std::uint64_t alone = train_with(small, train, 0, 6, [](Ps::Options&) {}).fingerprint;
+  {
+    // Larger pieces than the next run's receives take, with or without shared memory.
+    Ps::Options o;
+    o.servers = 0;
+    o.max_batch = 6;
+    o.piece_floats = 50;
+    o.shared_memory = false;
+    Ps untrained(world, Net({6, 40, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::StandardSgd(0.3f));
+  }
+  const std::uint64_t after = train_with(small, train, 0, 6, [](Ps::Options& o) { o.shared_memory = false; }).fingerprint;
+  CHECK(after == alone);
+}
+
 TEST_CASE("ranks on one node share memory without changing a bit", "[ps][mpi]") {
   // With shared memory a server sums node-local workers' gradients where they lie and the workers
   // copy parameters out of the server's shard; without it every byte travels in messages. Pieces

@@ -27,8 +27,9 @@ class BadCheckpoint : public Error {
   using Error::Error;
 };
 
-// 2 adds data_order (a version 1 manifest has none: its runs used the global order).
-inline constexpr int format_version = 2;
+// 2 adds data_order (a version 1 manifest has none: its runs used the global order); 3 adds the
+// workers' top-k residuals (older manifests have none: their runs pushed dense gradients).
+inline constexpr int format_version = 3;
 inline constexpr const char* manifest_name = "MANIFEST";
 inline constexpr std::size_t manifest_limit = std::size_t{1} << 24;
 
@@ -57,9 +58,13 @@ struct Manifest {
   std::uint64_t servers = 0;  // the layout's servers option (0: colocated)
   std::vector<std::pair<std::uint64_t, std::uint64_t>> shards;
   std::vector<FileEntry> files;
+  // Top-k pushes: worker w's residual (what its pushes held back, `parameters` fp32 values) in
+  // residuals[w], file residual_file(w); none for dense pushes.
+  std::vector<FileEntry> residuals;
 };
 
 inline std::string shard_file(std::size_t s) { return fmt::format("shard-{:05}.bin", s); }
+inline std::string residual_file(std::size_t w) { return fmt::format("residual-{:05}.bin", w); }
 
 namespace detail {
 
@@ -93,6 +98,7 @@ inline std::string to_text(const Manifest& m) {
   for (const auto& f : detail::number_fields) t += fmt::format("{} = {}\n", f.key, m.*f.member);
   for (const auto& [b, e] : m.shards) t += fmt::format("shard = {} {}\n", b, e);
   for (const auto& f : m.files) t += fmt::format("file = {} {} {:08x}\n", f.name, f.bytes, f.crc);
+  for (const auto& f : m.residuals) t += fmt::format("residual = {} {} {:08x}\n", f.name, f.bytes, f.crc);
   t += fmt::format("crc32 = {:08x}\n", crc32_update(0, t.data(), t.size()));
   return t;
 }
@@ -159,7 +165,7 @@ inline Manifest parse(std::string_view text, const std::string& path) {
     const auto number = [&](auto& out) {
       if (!detail::parse_number(value, out)) throw bad(fmt::format("line {}: {} '{}' is not a number", line_no, key, value));
     };
-    const bool repeatable = key == "state_array" || key == "shard" || key == "file";
+    const bool repeatable = key == "state_array" || key == "shard" || key == "file" || key == "residual";
     if (!repeatable) {
       for (const auto& k : seen) {
         if (k == key) throw bad(fmt::format("line {}: {} given twice", line_no, key));
@@ -190,16 +196,16 @@ inline Manifest parse(std::string_view text, const std::string& path) {
         throw bad(fmt::format("line {}: shard '{}' is not 'begin end'", line_no, value));
       }
       m.shards.emplace_back(b, e);
-    } else if (key == "file") {
+    } else if (key == "file" || key == "residual") {
       const std::size_t a = value.find(' '), b = a == std::string_view::npos ? a : value.find(' ', a + 1);
       FileEntry f;
       if (b == std::string_view::npos || !detail::plain_name(value.substr(0, a)) ||
           !detail::parse_number(value.substr(a + 1, b - a - 1), f.bytes) ||
           !detail::parse_number(value.substr(b + 1), f.crc, 16)) {
-        throw bad(fmt::format("line {}: file '{}' is not 'name bytes crc32'", line_no, value));
+        throw bad(fmt::format("line {}: {} '{}' is not 'name bytes crc32'", line_no, key, value));
       }
       f.name = value.substr(0, a);
-      m.files.push_back(std::move(f));
+      (key == "file" ? m.files : m.residuals).push_back(std::move(f));
     } else {
       throw bad(fmt::format("line {}: unknown key '{}'", line_no, key));
     }
@@ -223,6 +229,18 @@ inline Manifest parse(std::string_view text, const std::string& path) {
     }
   }
   if (next != m.parameters) throw bad(fmt::format("the shards cover {} of the {} parameters", next, m.parameters));
+  if (!m.residuals.empty() && m.residuals.size() != m.workers) {
+    throw bad(fmt::format("{} residual files for {} workers", m.residuals.size(), m.workers));
+  }
+  for (std::size_t w = 0; w < m.residuals.size(); ++w) {
+    if (m.residuals[w].name != residual_file(w)) {
+      throw bad(fmt::format("residual {} is '{}', not '{}'", w, m.residuals[w].name, residual_file(w)));
+    }
+    if (m.residuals[w].bytes != m.parameters * sizeof(float)) {
+      throw bad(fmt::format("{} is listed with {} bytes; {} parameters need {}", m.residuals[w].name,
+                            m.residuals[w].bytes, m.parameters, m.parameters * sizeof(float)));
+    }
+  }
   if (m.clocks_per_epoch == 0 || m.batch >= m.clocks_per_epoch) {
     throw bad(fmt::format("batch position {} is outside an epoch of {} clocks", m.batch, m.clocks_per_epoch));
   }

@@ -31,12 +31,23 @@ inline checkpoint::FileEntry write_shard(const std::string& dir, const std::stri
 inline void check_shard_present(const std::string& path, const checkpoint::FileEntry& entry) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    throw checkpoint::BadCheckpoint(fmt::format("{}: missing: the manifest lists this shard", path));
+    throw checkpoint::BadCheckpoint(fmt::format("{}: missing: the manifest lists this file", path));
   }
   const std::size_t size = checkpoint::file_size(path);
   if (size != entry.bytes) {
     throw checkpoint::BadCheckpoint(fmt::format("{}: {} bytes, the manifest says {}: the file is {}", path, size,
                                                 entry.bytes, size < entry.bytes ? "truncated" : "too long"));
+  }
+}
+
+// check_shard_present, then the whole file's CRC-32 against the manifest's.
+inline void check_file_intact(const std::string& path, const checkpoint::FileEntry& entry) {
+  check_shard_present(path, entry);
+  const std::uint32_t crc = checkpoint::ReadFile(path).crc();
+  if (crc != entry.crc) {
+    throw checkpoint::BadCheckpoint(fmt::format("{}: checksum mismatch (CRC-32 {:08x}, the manifest says {:08x}): "
+                                                "the file is damaged",
+                                                path, crc, entry.crc));
   }
 }
 
@@ -65,14 +76,7 @@ class ShardReader {
   // Throws checkpoint::BadCheckpoint naming the file: missing, of another size, or damaged.
   void check(std::size_t s, const std::string& path) {
     if (checked_[s]) return;
-    const auto& entry = manifest_.files[s];
-    check_shard_present(path, entry);
-    const std::uint32_t crc = checkpoint::ReadFile(path).crc();
-    if (crc != entry.crc) {
-      throw checkpoint::BadCheckpoint(fmt::format("{}: checksum mismatch (CRC-32 {:08x}, the manifest says {:08x}): "
-                                                  "the file is damaged",
-                                                  path, crc, entry.crc));
-    }
+    check_file_intact(path, manifest_.files[s]);
     checked_[s] = 1;
   }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Writing one checkpoint, collectively, at the end of a clock (ps::train calls it on every rank):
 // rank 0 creates .partial-ckpt-<clock> in the folder; every server writes its shard file there,
-// fsync'd; rank 0 gathers their sizes and CRC-32s, writes the MANIFEST, fsyncs the directory and
+// and with top-k pushes every worker its residual file, fsync'd; rank 0 gathers their sizes and
+// CRC-32s, writes the MANIFEST, fsyncs the directory and
 // publishes it by renaming it to ckpt-<clock>, then removes all but the newest `keep`. A crash at
 // any instant leaves either the previous checkpoints alone or the new one complete: a partial
 // directory is never read (checkpoint/directory.hpp) and the next checkpoint clears it away.
@@ -32,11 +33,13 @@ struct CheckpointPosition {
   std::string data_order = "global";  // which samples make up a clock (ps::DataOrder)
 };
 
-// Bytes of one checkpoint of a ParameterServer: the parameters and every state array.
+// Bytes of one checkpoint of a ParameterServer: the parameters and every state array, and with
+// top-k pushes each worker's residual.
 template <class Server>
 std::uint64_t checkpoint_bytes(const Server& ps) {
-  return static_cast<std::uint64_t>(ps.layout().parameters()) * (1 + ps.checkpoint_identity().state_arrays.size()) *
-         sizeof(float);
+  const std::uint64_t residuals = ps.options().top_k > 0.0 ? static_cast<std::uint64_t>(ps.layout().workers()) : 0;
+  return static_cast<std::uint64_t>(ps.layout().parameters()) *
+         (1 + ps.checkpoint_identity().state_arrays.size() + residuals) * sizeof(float);
 }
 
 // Collective over `comm` (every rank of the ParameterServer's world, in rank order). Returns the
@@ -59,8 +62,10 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
   }
   throw_if_any_rank(comm, problem, "checkpoint");
 
-  // Per rank: {server index + 1 (0: not a server), bytes, crc, update count}.
-  std::uint64_t mine[4] = {0, 0, 0, 0};
+  // Per rank: {server index + 1 (0: not a server), bytes, crc, update count, worker index + 1 (0:
+  // no residual), its residual file's bytes, crc}.
+  constexpr std::size_t fields = 7;
+  std::uint64_t mine[fields] = {0, 0, 0, 0, 0, 0, 0};
   if (ps.is_server()) {
     auto& server = ps.server();
     const std::size_t index = static_cast<std::size_t>(ps.layout().server_index(ps.world().rank()));
@@ -79,9 +84,23 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
       problem = e.what();
     }
   }
+  if (ps.is_worker() && ps.options().top_k > 0.0 && problem.empty()) {
+    const auto& residual = ps.worker().residual();
+    const auto index = static_cast<std::size_t>(ps.world().rank());  // workers are ranks 0..W-1
+    try {
+      checkpoint::DurableWriter out((fs::path(partial) / checkpoint::residual_file(index)).string());
+      out.write(residual.data(), residual.size() * sizeof(float));
+      out.finish();
+      mine[4] = index + 1;
+      mine[5] = out.bytes();
+      mine[6] = out.crc();
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
   throw_if_any_rank(comm, problem, "checkpoint");
-  std::vector<std::uint64_t> all(root ? 4 * static_cast<std::size_t>(comm.size()) : 0);
-  comm.gather(mine, 4, all.data(), 0);
+  std::vector<std::uint64_t> all(root ? fields * static_cast<std::size_t>(comm.size()) : 0);
+  comm.gather(mine, fields, all.data(), 0);
 
   if (root) {
     try {
@@ -112,8 +131,10 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
         const auto r = layout.shard(s);
         m.shards.emplace_back(r.begin, r.end);
       }
+      if (ps.options().top_k > 0.0) m.residuals.resize(static_cast<std::size_t>(layout.workers()));
       for (int r = 0; r < comm.size(); ++r) {
-        const std::uint64_t* e = all.data() + 4 * static_cast<std::size_t>(r);
+        const std::uint64_t* e = all.data() + fields * static_cast<std::size_t>(r);
+        if (e[4] != 0) m.residuals[e[4] - 1] = {checkpoint::residual_file(e[4] - 1), e[5], static_cast<std::uint32_t>(e[6])};
         if (e[0] == 0) continue;
         m.files[e[0] - 1] = {checkpoint::shard_file(e[0] - 1), e[1], static_cast<std::uint32_t>(e[2])};
         m.server_updates = e[3];

@@ -132,7 +132,7 @@ class ParameterServer {
       : world_(agreed_world(world, composition(network, options, sync))),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options),
-        identity_(resume_expectation(network, sync, optimizer)) {
+        identity_(resume_expectation(network, sync, optimizer, options.top_k > 0.0)) {
     // Every rank agreed on these options (composition): each refuses them alike.
     if (options.top_k != 0.0) ps::check_top_k(options.top_k, options.wire, "ParameterServer");
     if (network_has_state && options.top_k > 0.0) {
@@ -154,7 +154,10 @@ class ParameterServer {
     if (serves) shard = layout_.shard(layout_.server_index(world_.rank()));
     if (!options.resume.empty()) {
       try {
-        resumed_ = std::make_unique<ps::ResumedCheckpoint>(ps::load_checkpoint(world_, options.resume, identity_, shard));
+        std::optional<int> worker;
+        if (layout_.role(world_.rank()) == ps::Role::worker) worker = world_.rank();  // workers are ranks 0..W-1
+        resumed_ = std::make_unique<ps::ResumedCheckpoint>(
+            ps::load_checkpoint(world_, options.resume, identity_, shard, worker, layout_.workers()));
       } catch (const CollectiveError&) {
         world_ = comm::Communicator();  // raised on every rank alike: the collective free is safe (agreed_world)
         throw;
@@ -174,6 +177,10 @@ class ParameterServer {
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
                                               options.pull_wire, options.overlap, options.top_k);
+      if (resumed_ && !resumed_->residual.empty()) {
+        worker_->restore_residual(resumed_->residual);
+        std::vector<float>().swap(resumed_->residual);
+      }
     }
     if constexpr (can_share_memory) {
       if (shares_memory(options)) share_node_memory();
@@ -193,8 +200,8 @@ class ParameterServer {
             local_shortcut_ = true;
           }
         }
-        server_->start_aggregating();
-        worker_->set_local_server([server = server_.get()] { server->serve_clock(); });
+        worker_->set_local_server([server = server_.get()] { server->start_aggregating(); },
+                                  [server = server_.get()] { server->serve_clock(); });
       } else {
         throw Error(fmt::format("ParameterServer: the colocated layout (servers = 0) serves clock by clock and "
                                 "supports the synchronous strategy only, not '{}'",
@@ -223,8 +230,10 @@ class ParameterServer {
     return c;
   }
   // What a checkpoint of this composition records, and what resuming checks.
-  static ps::ResumeExpectation resume_expectation(const Network& network, const Sync& sync, const Optimizer& optimizer) {
+  static ps::ResumeExpectation resume_expectation(const Network& network, const Sync& sync, const Optimizer& optimizer,
+                                                  bool top_k) {
     ps::ResumeExpectation e;
+    e.top_k = top_k;
     e.network = ps::describe_network(network);
     e.parameters = network.parameter_count();
     e.sync = fmt::format("{} (staleness {})", Sync::name, sync.staleness());

@@ -1,7 +1,8 @@
 #pragma once
 // Reading a checkpoint to resume from (ParameterServer::Options::resume): every rank reads and
 // checks the manifest against its own composition, each server reads its shard's parameters and
-// state arrays (from whichever old shard files hold them: the layout may differ), and the ranks
+// state arrays (from whichever old shard files hold them: the layout may differ), each worker of a
+// top-k run its residual (the sum of the old workers' that fall to it), and the ranks
 // agree on the verdict, so a bad checkpoint stops every rank with one sentence naming the file and
 // the reason, before anything is trained or written.
 #include <cstddef>
@@ -28,6 +29,7 @@ struct ResumeExpectation {
   std::size_t parameters = 0;
   std::string sync, optimizer;
   std::vector<std::string> state_arrays;
+  bool top_k = false;  // top-k pushes, whose workers keep residuals
 };
 
 struct ResumedCheckpoint {
@@ -35,6 +37,7 @@ struct ResumedCheckpoint {
   checkpoint::Manifest manifest;
   std::vector<float> parameters;          // a server's shard, else empty
   std::vector<std::vector<float>> state;  // the same for each state array
+  std::vector<float> residual;            // a top-k worker's, else empty (none saved: start from zero)
 };
 
 // Empty if the checkpoint fits the run, else why not.
@@ -50,12 +53,35 @@ inline std::string mismatch(const checkpoint::Manifest& m, const ResumeExpectati
     return differs("state arrays", fmt::format("[{}]", fmt::join(m.state_arrays, ", ")),
                    fmt::format("[{}]", fmt::join(e.state_arrays, ", ")));
   }
+  if (!m.residuals.empty() && !e.top_k) {
+    return fmt::format("written with top-k pushes: its {} workers' residuals hold gradient not yet applied, which "
+                       "dense pushes would lose; resume with top-k pushes (Options::top_k, --top-k)",
+                       m.residuals.size());
+  }
   return {};
 }
 
-// Collective over `world`. `shard`: this rank's server shard, if it serves.
+// The residual of worker `worker` of `workers` resuming from checkpoint `dir`: the sum, in
+// old-worker order, of the residuals of the old workers w with w % workers == worker, so that the
+// workers together still hold back all the checkpoint's workers held (with as many workers, each
+// its own, exactly).
+inline std::vector<float> read_residual(const std::string& dir, const checkpoint::Manifest& m, int worker,
+                                        int workers) {
+  std::vector<float> sum(m.parameters, 0.0f), one(m.parameters);
+  for (std::size_t w = static_cast<std::size_t>(worker); w < m.residuals.size(); w += static_cast<std::size_t>(workers)) {
+    const std::string path = (std::filesystem::path(dir) / m.residuals[w].name).string();
+    check_file_intact(path, m.residuals[w]);
+    checkpoint::ReadFile(path).read(0, one.data(), one.size() * sizeof(float));
+    for (std::size_t i = 0; i < one.size(); ++i) sum[i] += one[i];
+  }
+  return sum;
+}
+
+// Collective over `world`. `shard`: this rank's server shard, if it serves; `worker`: this rank's
+// worker index, if it works, of `workers`.
 inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const std::string& where,
-                                         const ResumeExpectation& expected, std::optional<data::Range> shard) {
+                                         const ResumeExpectation& expected, std::optional<data::Range> shard,
+                                         std::optional<int> worker, int workers) {
   ResumedCheckpoint r;
   std::string problem;
   try {
@@ -68,6 +94,7 @@ inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const 
     if (world.rank() == 0) {
       // Missing and cut-short shard files are named here whoever reads them.
       for (const auto& f : r.manifest.files) check_shard_present((std::filesystem::path(r.path) / f.name).string(), f);
+      for (const auto& f : r.manifest.residuals) check_shard_present((std::filesystem::path(r.path) / f.name).string(), f);
     }
     if (shard) {
       ShardReader reader(r.path, r.manifest);
@@ -78,6 +105,9 @@ inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const 
         r.state[a].resize(shard->size());
         reader.read(a + 1, *shard, r.state[a].data());
       }
+    }
+    if (worker && expected.top_k && !r.manifest.residuals.empty()) {
+      r.residual = read_residual(r.path, r.manifest, *worker, workers);
     }
   } catch (const std::exception& e) {
     problem = e.what();

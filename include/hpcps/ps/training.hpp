@@ -311,16 +311,10 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                                       backups ? "backup workers drop a late worker's part, which" : "Balance::speed"),
                           world.rank() == 0);
   }
-  if (!options.checkpoint.empty() && ps.options().top_k > 0.0) {
-    // A checkpoint holds the servers' state; the workers' top-k residuals would be lost with it.
-    throw CollectiveError("ps::train: checkpoints do not hold the workers' top-k residuals yet: train with top-k "
-                          "pushes without TrainOptions::checkpoint (in the examples, without --checkpoint)",
-                          world.rank() == 0);
-  }
   report.checkpoint_bytes = checkpoint_bytes(ps);
   if (!options.checkpoint.empty()) {
-    // Found out now, not after the first hour: rank 0 and the servers must be able to write.
-    const bool writes = world.rank() == 0 || ps.is_server();
+    // Found out now, not after the first hour: rank 0, the servers and top-k workers must be able to write.
+    const bool writes = world.rank() == 0 || ps.is_server() || (ps.is_worker() && ps.options().top_k > 0.0);
     throw_if_any_rank(world,
                       writes ? checkpoint::writable_problem(options.checkpoint, report.checkpoint_bytes) : std::string(),
                       "ps::train", fmt::format("another rank cannot write checkpoints into {}", options.checkpoint));

@@ -23,6 +23,7 @@
 #include <functional>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -124,6 +125,7 @@ class Worker {
 
   // Receives the initial parameters every server sends before its first clock.
   void start() {
+    start_local_server();
     post_pulls();
     complete_pulls();
   }
@@ -193,6 +195,7 @@ class Worker {
 
   // Tells every server this worker is done; no reply comes.
   void finish() {
+    start_local_server();
     count_slot_ = push_count::stop;
     send_push_clock();
     for (const auto& [s, k] : push_order_) push_piece(s, k, false);
@@ -204,6 +207,14 @@ class Worker {
   // Top-k pushes: what they have held back so far, element by element (layout.parameters() floats;
   // empty without top-k).
   const std::vector<float>& residual() const { return residual_; }
+  // A resumed top-k run's residual (ps/resume.hpp): what the checkpoint's workers held back.
+  void restore_residual(const std::vector<float>& residual) {
+    if (top_k_ == 0.0 || residual.size() != residual_.size()) {
+      throw Error(fmt::format("ps::Worker: a residual of {} values for {} parameters{}", residual.size(),
+                              layout_.parameters(), top_k_ == 0.0 ? " and dense pushes" : ""));
+    }
+    std::copy(residual.begin(), residual.end(), residual_.begin());
+  }
 
   // A copy of the newest parameters this worker received.
   std::vector<float> parameters() const { return {params_, params_ + layout_.parameters()}; }
@@ -245,7 +256,13 @@ class Worker {
 
   // Colocated layout: the rank's own server clock, run by step() between this worker's push and
   // its pull (every rank does the same, so every server gets all pushes of the clock).
-  void set_local_server(std::function<void()> serve_clock) { serve_local_ = std::move(serve_clock); }
+  // `start` sends the local server's initial parameters and posts its receives: called from
+  // start() (or finish()), not before, so that a ParameterServer destroyed untrained leaves no
+  // message in flight to match a later communicator's receives.
+  void set_local_server(std::function<void()> start, std::function<void()> serve_clock) {
+    start_local_ = std::move(start);
+    serve_local_ = std::move(serve_clock);
+  }
 
   // Where a local server (ps::Server::attach_local_worker) reads this worker's push and keeps its
   // shard of the parameters.
@@ -326,6 +343,9 @@ class Worker {
         }
       }
     }
+  }
+  void start_local_server() {
+    if (start_local_) std::exchange(start_local_, nullptr)();
   }
   // Piece 0 of each server's push: [count, piece 0 in the wire format].
   void describe_first_pushes() {
@@ -499,7 +519,7 @@ class Worker {
   double compute_before_ = 0.0;
   std::size_t clock_count_ = 0, gradient_pushes_ = 0;
   std::function<void(std::size_t, double)> after_compute_;
-  std::function<void()> serve_local_;
+  std::function<void()> start_local_, serve_local_;
 };
 
 }  // namespace hpcps::ps
