@@ -202,6 +202,21 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
   CHECK_THAT(message, Catch::Contains("not the reporter") ||
                           (Catch::Contains("MANIFEST") && Catch::Contains("written with top-k pushes") &&
                            Catch::Contains("resume with top-k pushes")));
+  // A damaged residual file is refused by its checksum, naming the file.
+  if (world.rank() == 0) {
+    std::fstream f(dir + "/" + hpcps::checkpoint::residual_file(0), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.put('\x5a');
+  }
+  world.barrier();
+  message.clear();
+  try {
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(0, folder, 0.1), {}, momentum);
+  } catch (const hpcps::CollectiveError& e) {
+    message = e.reporter() ? e.what() : "not the reporter";
+  }
+  CHECK_THAT(message, Catch::Contains("not the reporter") ||
+                          (Catch::Contains(hpcps::checkpoint::residual_file(0)) && Catch::Contains("checksum mismatch")));
   remove_folders(world);
 }
 

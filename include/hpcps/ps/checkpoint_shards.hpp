@@ -40,15 +40,20 @@ inline void check_shard_present(const std::string& path, const checkpoint::FileE
   }
 }
 
-// check_shard_present, then the whole file's CRC-32 against the manifest's.
-inline void check_file_intact(const std::string& path, const checkpoint::FileEntry& entry) {
-  check_shard_present(path, entry);
-  const std::uint32_t crc = checkpoint::ReadFile(path).crc();
+// Throws checkpoint::BadCheckpoint naming the file when `crc`, its contents' CRC-32, is not the
+// manifest's.
+inline void check_checksum(const std::string& path, std::uint32_t crc, const checkpoint::FileEntry& entry) {
   if (crc != entry.crc) {
     throw checkpoint::BadCheckpoint(fmt::format("{}: checksum mismatch (CRC-32 {:08x}, the manifest says {:08x}): "
                                                 "the file is damaged",
                                                 path, crc, entry.crc));
   }
+}
+
+// check_shard_present, then the whole file's CRC-32 against the manifest's.
+inline void check_file_intact(const std::string& path, const checkpoint::FileEntry& entry) {
+  check_shard_present(path, entry);
+  check_checksum(path, checkpoint::ReadFile(path).crc(), entry);
 }
 
 // Reads element ranges of a checkpoint's arrays (0: parameters, 1..: the state arrays), whatever

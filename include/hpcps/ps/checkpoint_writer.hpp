@@ -86,7 +86,7 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
   }
   if (ps.is_worker() && ps.options().top_k > 0.0 && problem.empty()) {
     const auto& residual = ps.worker().residual();
-    const auto index = static_cast<std::size_t>(ps.world().rank());  // workers are ranks 0..W-1
+    const auto index = static_cast<std::size_t>(ps.worker_index());
     try {
       checkpoint::DurableWriter out((fs::path(partial) / checkpoint::residual_file(index)).string());
       out.write(residual.data(), residual.size() * sizeof(float));

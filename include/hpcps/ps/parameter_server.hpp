@@ -155,7 +155,7 @@ class ParameterServer {
     if (!options.resume.empty()) {
       try {
         std::optional<int> worker;
-        if (layout_.role(world_.rank()) == ps::Role::worker) worker = world_.rank();  // workers are ranks 0..W-1
+        if (layout_.role(world_.rank()) == ps::Role::worker) worker = worker_index();
         resumed_ = std::make_unique<ps::ResumedCheckpoint>(
             ps::load_checkpoint(world_, options.resume, identity_, shard, worker, layout_.workers()));
       } catch (const CollectiveError&) {

@@ -70,8 +70,10 @@ inline std::vector<float> read_residual(const std::string& dir, const checkpoint
   std::vector<float> sum(m.parameters, 0.0f), one(m.parameters);
   for (std::size_t w = static_cast<std::size_t>(worker); w < m.residuals.size(); w += static_cast<std::size_t>(workers)) {
     const std::string path = (std::filesystem::path(dir) / m.residuals[w].name).string();
-    check_file_intact(path, m.residuals[w]);
+    // Read once: the checksum is of the bytes just read.
+    check_shard_present(path, m.residuals[w]);
     checkpoint::ReadFile(path).read(0, one.data(), one.size() * sizeof(float));
+    check_checksum(path, checkpoint::crc32_update(0, one.data(), one.size() * sizeof(float)), m.residuals[w]);
     for (std::size_t i = 0; i < one.size(); ++i) sum[i] += one[i];
   }
   return sum;
