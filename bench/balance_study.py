@@ -47,14 +47,16 @@ STRATEGIES = [("bsp static", ["--sync", "bsp"]), ("bsp balanced", ["--sync", "bs
               ("async", ["--sync", "async"]), ("async drawn", ["--sync", "async", "--balance", "speed"])]
 
 
-def configs(scenario):
+def configs(scenario, strategies=None, slowed_only=False):
     out = []
     for layout, ranks, servers in LAYOUTS:
         for label, flags in STRATEGIES:
             if servers == 0 and label not in ("bsp static", "bsp balanced"):
                 continue  # the others need a rank that only serves
+            if strategies and label not in strategies:
+                continue
             for slowed in (True, False):
-                if not slowed and scenario == "varying":
+                if not slowed and (scenario == "varying" or slowed_only):
                     continue  # equal speeds: measured by the steady scenario
                 out.append((layout, ranks, servers, label, tuple(flags), slowed))
     return out
@@ -118,6 +120,9 @@ def main():
     # 150 clocks: an epoch (938 clocks) sees six phases, each long enough for the split to settle
     # (the speeds are averaged over about 20 clocks) before the speed turns again.
     p.add_argument("--slow-period", type=int, default=150, help="varying: clocks slow, then as many at full speed")
+    p.add_argument("--strategies", help="comma-separated labels of STRATEGIES to run (default: all); "
+                   "'bsp static' is always run, every ratio is against it")
+    p.add_argument("--slowed-only", action="store_true", help="no runs with equal speeds")
     p.add_argument("--target", type=float, default=0.88)
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--out", help="default: bench/results/balance.json, balance_varying.json with --scenario varying")
@@ -139,7 +144,13 @@ def main():
     args.out = args.out or f"bench/results/{name}.json"
     args.plot = args.plot or os.path.splitext(args.out)[0] + ".png"
 
-    runs = {c: [] for c in configs(args.scenario)}
+    strategies = None
+    if args.strategies:
+        strategies = {x.strip() for x in args.strategies.split(",")} | {"bsp static"}
+        unknown = strategies - {label for label, _ in STRATEGIES}
+        if unknown:
+            p.error(f"--strategies: unknown {sorted(unknown)}; known: {[label for label, _ in STRATEGIES]}")
+    runs = {c: [] for c in configs(args.scenario, strategies, args.slowed_only)}
     if args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)

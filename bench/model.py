@@ -571,8 +571,8 @@ def balancer_rule_split(total, part_seconds, start, hysteresis=0.1, low=1):
     the split `start`, speeds v_w = b_w / part_seconds(w, b_w), a candidate split in proportion to
     them (whole samples, each >= low), adopted only when its predicted clock max_w b'_w / v_w is
     more than `hysteresis` below the current max_w b_w / v_w; repeated until it is not. No noise
-    and no smoothing (the balancer's speeds are averages over about 20 clocks: this is where they
-    converge). With fixed costs the rule stops short of equal times: a speed in samples per second
+    and no window (the balancer's speeds are medians over its last 20 clocks: with steady part
+    times, this is where they converge). With fixed costs the rule stops short of equal times: a speed in samples per second
     overstates what fewer samples save."""
     split = list(start)
     for _ in range(4 * total):

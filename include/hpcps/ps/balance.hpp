@@ -8,8 +8,22 @@
 // Every worker, after each clock, contributes its compute seconds and samples to a nonblocking
 // allreduce among the workers that it completes one clock later (bulk-synchronous workers are in
 // lock step anyway): no round trip of its own, and every worker computes the same split from the
-// same numbers. Speeds are smoothed (an exponential average over about 2 / smoothing clocks); a
-// new split is adopted only when it would shorten the predicted clock by more than `hysteresis`
+// same numbers.
+//
+// A worker's speed is the median of its per-clock speeds (samples over seconds) over its last
+// `window` clocks, not a mean: a clock ends when its slowest part does, so a delay that does not
+// scale with the part (a pause from outside, a preempting job) is worth balancing away only when
+// it falls in most of a worker's clocks. Say one of 2 workers is stopped for longer than a clock
+// in a fraction p of its clocks: a sample moved to the other worker lengthens the 1 - p unpaused
+// clocks and shortens none of the paused ones, which end with the pause. The mean clock is
+// shortest with the equal split while p < 1/2, and with the paused worker's part at the floor
+// when p > 1/2; the median of its speeds lands on the unpaused speed in the first case and on a
+// paused one in the second. A mean of speeds, or samples over summed seconds, moves samples away
+// in both: against a worker stopped 150 ms of every 200, with 1 ms clocks, that measured 0.6-0.8x
+// the static split's speed (docs/synchronization.md#a-worker-paused-from-outside). Against a
+// steady slowdown they all agree.
+//
+// A new split is adopted only when it would shorten the predicted clock by more than `hysteresis`
 // (10%: with 5% and an average over 6 clocks, equal speeds on a shared 2-core machine moved the
 // split hundreds of times an epoch), so equal speeds keep the static split, and with it the bits
 // of the unbalanced run.
@@ -128,9 +142,10 @@ class SpeedBalancer {
   // Collective over the workers (makes its own communicator). Starts from the static split,
   // shard_range(B, w, W); no part ever exceeds `max_part` samples.
   SpeedBalancer(const comm::Communicator& workers, std::size_t global_batch, std::size_t max_part,
-                std::uint64_t first_clock, double smoothing = 0.1, double hysteresis = 0.1)
-      : comm_(workers.duplicate()), batch_(global_batch), max_part_(max_part), smoothing_(smoothing),
+                std::uint64_t first_clock, std::size_t window = 20, double hysteresis = 0.1)
+      : comm_(workers.duplicate()), batch_(global_batch), max_part_(max_part), window_(std::max<std::size_t>(window, 1)),
         hysteresis_(hysteresis), speed_(static_cast<std::size_t>(workers.size()), 0.0),
+        recent_(speed_.size() * window_, 0.0), filled_(speed_.size(), 0), next_(speed_.size(), 0), sorted_(window_),
         mine_(2 * speed_.size(), 0.0), all_(2 * speed_.size(), 0.0), split_(speed_.size()),
         candidate_(speed_.size()), short_split_(speed_.size()), weights_(speed_.size()), short_samples_(global_batch),
         scratch_(speed_.size()) {
@@ -178,12 +193,20 @@ class SpeedBalancer {
 
   const std::vector<std::size_t>& split() const { return split_; }
   const std::vector<SplitChange>& history() const { return history_; }
-  const std::vector<double>& speeds() const { return speed_; }  // samples per second, smoothed
+  const std::vector<double>& speeds() const { return speed_; }  // samples per second, the medians
 
  private:
   static data::Range range_of(const std::vector<std::size_t>& split, std::size_t w) {
     const std::size_t begin = std::accumulate(split.begin(), split.begin() + static_cast<std::ptrdiff_t>(w), std::size_t{0});
     return {begin, begin + split[w]};
+  }
+  // The median of values[0, n), n >= 1: the middle one, or the mean of the two middle ones.
+  double median(const double* values, std::size_t n) {
+    std::copy(values, values + n, sorted_.begin());
+    const auto begin = sorted_.begin(), middle = begin + static_cast<std::ptrdiff_t>(n / 2);
+    std::nth_element(begin, middle, begin + static_cast<std::ptrdiff_t>(n));
+    if (n % 2 == 1) return *middle;
+    return 0.5 * (*middle + *std::max_element(begin, middle));
   }
   // The predicted clock: the slowest worker's time for its part.
   double predicted(const std::vector<std::size_t>& split) const {
@@ -197,8 +220,11 @@ class SpeedBalancer {
     for (std::size_t w = 0; w < speed_.size(); ++w) {
       const double seconds = all_[2 * w], samples = all_[2 * w + 1];
       if (samples <= 0.0 || seconds <= 0.0) continue;  // idle this clock: nothing learnt
-      const double speed = samples / seconds;
-      speed_[w] = speed_[w] == 0.0 ? speed : (1.0 - smoothing_) * speed_[w] + smoothing_ * speed;
+      double* recent = recent_.data() + w * window_;
+      recent[next_[w]] = samples / seconds;
+      next_[w] = (next_[w] + 1) % window_;
+      filled_[w] = std::min(filled_[w] + 1, window_);
+      speed_[w] = median(recent, filled_[w]);
     }
     if (std::any_of(speed_.begin(), speed_.end(), [](double s) { return s <= 0.0; })) return;
     proportional_split(batch_, speed_, 1, max_part_, candidate_, scratch_);
@@ -210,9 +236,13 @@ class SpeedBalancer {
   }
 
   comm::Communicator comm_;
-  std::size_t batch_, max_part_;
-  double smoothing_, hysteresis_;
+  std::size_t batch_, max_part_, window_;
+  double hysteresis_;
   std::vector<double> speed_;
+  // Per worker, its last `window_` per-clock speeds (a ring from next_[w]; filled_[w] of them yet).
+  std::vector<double> recent_;
+  std::vector<std::size_t> filled_, next_;
+  std::vector<double> sorted_;  // median()'s copy
   std::vector<double> mine_, all_;
   std::vector<std::size_t> split_;
   // Sized once, in the constructor: splitting every clock then allocates nothing.
