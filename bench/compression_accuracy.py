@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Does a compressed push train to the accuracy of fp32 pushes, in every synchronization strategy?
 
-For each strategy (BSP, SSP, async) and each wire (fp32, and the compressed ones: topk<r>, bf16,
-fp16, as bench/link_study.py spells them), trains examples/fashion_mnist_<model> on 2 workers + 1
+For each strategy (BSP, SSP, async) and each wire (fp32, and the compressed ones: topk<r>,
+topk<r>mc with momentum correction on the workers and plain SGD on the server, bf16, fp16, as
+bench/link_study.py spells them), trains examples/fashion_mnist_<model> on 2 workers + 1
 dedicated server (mpiexec -n 3 --servers 1; --layout colocated: 2 ranks, --servers 0) for --epochs
 with the link study's recipe (momentum 0.9, constant learning rate, global batch 128; --schedule
 cosine decays it to 0 over the run instead) and records
@@ -29,7 +30,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from link_study import wire_arguments  # noqa: E402  the wires' spelling, shared with the link study
+from link_study import optimizer_arguments, wire_arguments  # noqa: E402  the wires' spelling, shared with the link study
 from time_to_accuracy import execute  # noqa: E402
 
 TOLERANCE_POINTS = 0.5
@@ -41,8 +42,8 @@ def run(args, strategy, wire, seed, tmp):
         os.remove(report_path)
     ranks, servers = (3, 1) if args.layout == "dedicated" else (2, 0)
     cmd = ["mpiexec", "-iface", "lo", "-n", str(ranks), os.path.join(args.build, "examples", f"fashion_mnist_{args.model}"),
-           "--servers", str(servers), "--sync", strategy, "--batch", "128", "--optimizer", "momentum", "--lr",
-           str(args.lr), "--momentum", "0.9", "--schedule", args.schedule, *wire_arguments(wire), "--epochs",
+           "--servers", str(servers), "--sync", strategy, "--batch", "128", *optimizer_arguments(wire), "--lr",
+           str(args.lr), "--schedule", args.schedule, *wire_arguments(wire), "--epochs",
            str(args.epochs), "--evaluations-per-epoch", "1", "--threads", "1", "--seed", str(seed), "--report",
            report_path]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", UCX_NET_DEVICES="lo",

@@ -50,14 +50,26 @@ CONFIGS = [f"hpcps {w} {layout}" for layout in LAYOUTS for w in WIRES] + ["DDP f
 
 
 def wire_arguments(wire):
-    """The example's options for a <wire> token: fp32|bf16|fp16, or topk<r>[/<pull>]."""
+    """The example's options for a <wire> token: fp32|bf16|fp16, or topk<r>[mc][/<pull>] (mc: with
+    momentum correction 0.9 on the workers; see optimizer_arguments)."""
     if wire in ("fp32", "bf16", "fp16"):
         return ["--wire", wire, "--pull-wire", wire]
     if wire.startswith("topk"):
         ratio, _, pull = wire[len("topk"):].partition("/")
+        corrected = ratio.endswith("mc")
+        ratio = ratio[:-2] if corrected else ratio
         if 0.0 < float(ratio) <= 1.0 and pull in ("", "fp32", "bf16", "fp16"):
-            return ["--wire", "fp32", "--top-k", ratio, "--pull-wire", pull or "fp32"]
-    raise ValueError(f"unknown wire {wire!r}: fp32, bf16, fp16 or topk<r>[/<pull>]")
+            return ["--wire", "fp32", "--top-k", ratio, "--pull-wire", pull or "fp32",
+                    *(["--top-k-momentum", "0.9"] if corrected else [])]
+    raise ValueError(f"unknown wire {wire!r}: fp32, bf16, fp16 or topk<r>[mc][/<pull>]")
+
+
+def optimizer_arguments(wire):
+    """SGD with momentum 0.9 on the servers; with momentum correction the workers keep the
+    momentum, and the servers apply plain SGD at the same learning rate."""
+    if "--top-k-momentum" in wire_arguments(wire):
+        return ["--optimizer", "sgd"]
+    return ["--optimizer", "momentum", "--momentum", "0.9"]
 
 
 def known(name):
@@ -91,8 +103,8 @@ def run_hpcps(args, name, seed, tmp):
         os.remove(report_path)
     program = os.path.join(args.build, "examples", f"fashion_mnist_{args.model}")
     cmd = pretend(args, nodes) + [
-        program, "--servers", str(servers), "--batch", str(args.batch), "--optimizer", "momentum", "--lr", str(args.lr),
-        "--momentum", "0.9", "--schedule", "constant", *wire_arguments(wire),
+        program, "--servers", str(servers), "--batch", str(args.batch), *optimizer_arguments(wire), "--lr", str(args.lr),
+        "--schedule", "constant", *wire_arguments(wire),
         "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--epochs", str(args.max_epochs), "--threads", "1",
         "--seed", str(seed), "--report", report_path]
     stdout, wall = execute(cmd, link_env(args), args.timeout + 60)

@@ -183,6 +183,37 @@ TEST_CASE("error feedback loses nothing: sent plus residual is the gradient plus
   CHECK(lost == 0);
 }
 
+TEST_CASE("momentum correction: the velocity goes through error feedback, losing nothing, and outlives it",
+          "[top_k]") {
+  // m = 1/2 and dyadic values: every product and sum below is exact, so the checks are equalities.
+  const std::size_t n = GENERATE(1, 37, 1000);
+  const double ratio = GENERATE(0.001, 0.05, 0.5);
+  const float m = 0.5f;
+  std::mt19937 rng(static_cast<unsigned>(n * 17 + static_cast<std::size_t>(ratio * 1000)));
+  const std::size_t k = top_k_count(ratio, n);
+  TopKSelector select(n);
+  std::vector<float> velocity(n, 0.0f), residual(n, 0.0f);
+  std::vector<std::uint32_t> indices(k);
+  std::vector<float> values(k);
+  const std::uint32_t base = 5;
+  for (int step = 0; step < 40; ++step) {
+    const auto gradient = dyadic(rng, n);
+    const auto old_velocity = velocity, old_residual = residual;
+    hpcps::ps::accumulate_velocity(gradient.data(), velocity.data(), n, m);
+    std::size_t wrong_velocity = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong_velocity += velocity[i] != m * old_velocity[i] + gradient[i];
+    CHECK(wrong_velocity == 0);
+    const auto accumulated = velocity;
+    select.compress(velocity.data(), residual.data(), n, k, base, indices.data(), values.data());
+    std::vector<float> sent(n, 0.0f);
+    scatter_add(indices.data(), values.data(), k, base, sent.data());
+    std::size_t lost = 0;
+    for (std::size_t i = 0; i < n; ++i) lost += sent[i] + residual[i] != accumulated[i] + old_residual[i];
+    CHECK(lost == 0);
+    CHECK(velocity == accumulated);  // sending an element does not reset its velocity
+  }
+}
+
 TEST_CASE("a sparse sum in worker order equals the dense sum of the same pieces", "[top_k]") {
   std::mt19937 rng(11);
   const std::size_t n = 500, k = 40, workers = 3;

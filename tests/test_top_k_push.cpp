@@ -11,6 +11,7 @@
 
 #include "hpcps/hpcps.hpp"
 
+#include "ps_reference.hpp"
 #include "synthetic_data.hpp"
 #include "train_clocks.hpp"
 
@@ -76,7 +77,8 @@ hpcps::data::Dataset dyadic(std::size_t count, std::size_t features) {
 
 template <class Sync, class Optimizer, class Network>
 hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, double top_k,
-                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer) {
+                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer,
+                          float top_k_momentum = 0.0f) {
   using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, Optimizer>;
   const auto world = hpcps::comm::Communicator::world();
   typename Server::Options options;
@@ -85,6 +87,7 @@ hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, 
   options.seed = 5;
   options.piece_floats = piece_floats;
   options.top_k = top_k;
+  options.top_k_momentum = top_k_momentum;
   Server ps(world, net, hpcps::backend::Cpu(1), options, {}, optimizer);
   return hpcps_test::train_clocks(ps, data, b, steps);
 }
@@ -126,6 +129,31 @@ TEST_CASE("top-k of every element trains to the dense run's parameters bit for b
       CHECK(all.master == dense.master);
       if (!all.residual.empty()) CHECK(all.residual == std::vector<float>(net.parameter_count(), 0.0f));
     }
+  }
+}
+
+TEST_CASE("momentum correction with every element sent is momentum SGD on the server, up to the order of sums",
+          "[top_k][mpi]") {
+  // Worker w sends u_w = m u_w + g_w and the server applies plain SGD to the sum; momentum SGD on
+  // the server keeps v = m v + sum_w g_w. The same, but summed in another order: equal to 1e-5.
+  const auto world = hpcps::comm::Communicator::world();
+  using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
+  const Net net({12, 10, 7, 3});
+  const std::size_t b = 4, steps = 6;
+  for (int servers = 0; servers < world.size(); ++servers) {
+    const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
+    const auto data = synthetic(steps * b * workers, net.input_size(), net.output_size(), 78);
+    using Sync = hpcps::sync::Synchronous;
+    const hpcps::optim::StandardSgd plain(0.1f);
+    const auto momentum = train<Sync>(net, data, servers, 0.0, 7, b, steps, hpcps::optim::MomentumSgd(0.1f));
+    const auto corrected = train<Sync>(net, data, servers, 1.0, 7, b, steps, plain, 0.9f);
+    const auto uncorrected = train<Sync>(net, data, servers, 1.0, 7, b, steps, plain);
+    INFO("servers " << servers);
+    if (!corrected.master.empty()) {
+      CHECK(hpcps_test::difference_over_largest(corrected.master, momentum.master) < 1e-5);
+      CHECK(hpcps_test::difference_over_largest(uncorrected.master, momentum.master) > 1e-3);  // plain SGD
+    }
+    if (!corrected.worker.empty()) CHECK(hpcps_test::difference_over_largest(corrected.worker, momentum.worker) < 1e-5);
   }
 }
 
@@ -199,5 +227,36 @@ TEST_CASE("top-k refuses 16-bit values and a ratio outside (0, 1] on every rank"
   options.top_k = 1.5;
   CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
                     Catch::Contains("top-k ratio") && Catch::Contains("must be in (0, 1]"));
+  options.top_k = 0.0;
+  options.top_k_momentum = 0.9f;  // without top-k
+  CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
+                    Catch::Contains("momentum correction") && Catch::Contains("with top-k pushes"));
+  options.top_k = 0.5;
+  options.top_k_momentum = 1.0f;
+  CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
+                    Catch::Contains("must be in (0, 1)"));
+  world.barrier();
+}
+
+TEST_CASE("ps::train refuses checkpoints with momentum correction, which they do not hold, on every rank",
+          "[top_k][mpi]") {
+  using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu,
+                                        hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::nn::Mlp<hpcps::nn::Relu> net({6, 4, 2});
+  Server::Options options;
+  options.servers = world.size() > 1 ? 1 : 0;
+  options.max_batch = 4;
+  options.top_k = 0.5;
+  options.top_k_momentum = 0.9f;
+  Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f));
+  const auto data = synthetic(16, 6, 2, 3);
+  hpcps::ps::TrainOptions t;
+  t.epochs = 1;
+  t.batch = 4;
+  t.evaluate = false;
+  // Refused before anything is written, so the folder is never made.
+  t.checkpoint = "hpcps-test-momentum-correction-refused";
+  CHECK_THROWS_WITH(hpcps::ps::train(ps, data, nullptr, t), Catch::Contains("corrected momentum"));
   world.barrier();
 }

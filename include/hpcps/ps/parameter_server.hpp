@@ -91,8 +91,14 @@ class ParameterServer {
     // Top-k pushes with error feedback (ps/top_k.hpp): in (0, 1], each piece of a push sends the
     // ceil(top_k * size) largest elements of gradient plus residual as (value, index) pairs and
     // keeps the rest on the worker for the next push; 0 sends every element. fp32 values (wire
-    // fp32); no local shortcut or shared memory (every piece is a message); not yet in checkpoints.
+    // fp32); no local shortcut or shared memory (every piece is a message). Checkpoints hold each
+    // worker's residual.
     double top_k = 0.0;
+    // With top-k: momentum correction (DGC; ps/top_k.hpp) in (0, 1): each worker keeps the
+    // velocity u <- m u + g and sends it through error feedback, so an element's momentum is not
+    // lost while it waits; pair it with a server rule without momentum (optim::StandardSgd).
+    // 0: off. Not in checkpoints yet (ps::train refuses the two together).
+    float top_k_momentum = 0.0f;
     // Push each piece of the gradient as soon as backpropagation has finished it, while the
     // layers below are still computed (networks that report progress, host-memory backends).
     bool overlap = true;
@@ -135,6 +141,12 @@ class ParameterServer {
         identity_(resume_expectation(network, sync, optimizer, options.top_k > 0.0)) {
     // Every rank agreed on these options (composition): each refuses them alike.
     if (options.top_k != 0.0) ps::check_top_k(options.top_k, options.wire, "ParameterServer");
+    if (options.top_k_momentum != 0.0f && !(options.top_k > 0.0 && options.top_k_momentum > 0.0f &&
+                                            options.top_k_momentum < 1.0f)) {
+      throw Error(fmt::format("ParameterServer: momentum correction (Options::top_k_momentum = {}) must be in "
+                              "(0, 1), with top-k pushes (Options::top_k > 0; it is {})",
+                              options.top_k_momentum, options.top_k));
+    }
     if (network_has_state && options.top_k > 0.0) {
       // The state slots carry each worker's batch statistics for the servers to average: held
       // back and added up like gradients they would be wrong, not merely late.
@@ -177,6 +189,7 @@ class ParameterServer {
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
                                               options.pull_wire, options.overlap, options.top_k);
+      if (options.top_k_momentum != 0.0f) worker_->set_momentum_correction(options.top_k_momentum);
       if (resumed_ && !resumed_->residual.empty()) {
         worker_->restore_residual(resumed_->residual);
         std::vector<float>().swap(resumed_->residual);
@@ -221,6 +234,8 @@ class ParameterServer {
     c.add("push wire format", ps::wire_name(options.wire));
     c.add("pull wire format", ps::wire_name(options.pull_wire));
     c.add("top-k ratio (Options::top_k)", options.top_k == 0.0 ? "off" : fmt::format("{}", options.top_k));
+    c.add("top-k momentum correction (Options::top_k_momentum)",
+          options.top_k_momentum == 0.0f ? "off" : fmt::format("{}", options.top_k_momentum));
     c.add("piece size (Options::piece_floats)", std::to_string(options.piece_floats));
     c.add("number of servers (Options::servers)", std::to_string(options.servers));
     c.add("initialisation seed (Options::seed)", std::to_string(options.seed));

@@ -121,6 +121,18 @@ class TopKSelector {
   std::vector<std::uint32_t> high_, low_;  // counts by the magnitude's high and low bits
 };
 
+// Momentum correction (Lin et al. 2018, "Deep Gradient Compression", section 3.2): momentum on the
+// server acts on an element only in the clocks it travels, so with top-k pushes an element's
+// momentum is lost while it waits in the residual. The workers keep the velocity instead,
+// u <- m u + g, and u takes the gradient's place in error feedback; the server applies a rule
+// without momentum to the sum. Each gradient then reaches the parameters with the weights
+// 1, m, m^2, ... of momentum SGD, only later; with every element sent it is momentum SGD up to
+// the order of the fp32 sums. Without DGC's momentum factor masking (its section 3.3: zero u
+// where an element travelled), which in bench/compression_accuracy.py lost accuracy here.
+inline void accumulate_velocity(const float* gradient, float* velocity, std::size_t n, float momentum) {
+  for (std::size_t i = 0; i < n; ++i) velocity[i] = momentum * velocity[i] + gradient[i];
+}
+
 // dense[indices[j] - base] += values[j] for j < k: one sparse piece added into a dense sum. Adding
 // each worker's piece in worker-rank order gives, element by element, the sum of the dense
 // vectors the pieces stand for in that order (an element a piece does not name is a zero, and

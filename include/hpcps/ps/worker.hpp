@@ -207,6 +207,19 @@ class Worker {
   // Top-k pushes: what they have held back so far, element by element (layout.parameters() floats;
   // empty without top-k).
   const std::vector<float>& residual() const { return residual_; }
+  // Top-k with momentum correction (ps/top_k.hpp): the worker keeps the velocity u <- m u + g and
+  // pushes it through error feedback; m in (0, 1), 0 turns it off. Before start().
+  void set_momentum_correction(float momentum) {
+    if (top_k_ == 0.0 && momentum != 0.0f) {
+      throw Error("ps::Worker: momentum correction is for top-k pushes (Options::top_k > 0)");
+    }
+    if (!(momentum >= 0.0f && momentum < 1.0f)) {
+      throw Error(fmt::format("ps::Worker: the corrected momentum must be in [0, 1), got {}", momentum));
+    }
+    momentum_correction_ = momentum;
+    velocity_.assign(momentum > 0.0f ? layout_.parameters() : 0, 0.0f);
+  }
+  const std::vector<float>& velocity() const { return velocity_; }
   // A resumed top-k run's residual (ps/resume.hpp): what the checkpoint's workers held back.
   void restore_residual(const std::vector<float>& residual) {
     if (top_k_ == 0.0 || residual.size() != residual_.size()) {
@@ -401,7 +414,12 @@ class Worker {
     if (with_gradient) {
       const data::Range p = layout_.piece(s, k);
       const std::size_t at = sparse_offset_[server][k];
-      selector_.compress(grad_ + p.begin, residual_.data() + p.begin, p.size(), sparse_count_[server][k],
+      const float* gradient = grad_ + p.begin;
+      if (!velocity_.empty()) {
+        accumulate_velocity(gradient, velocity_.data() + p.begin, p.size(), momentum_correction_);
+        gradient = velocity_.data() + p.begin;
+      }
+      selector_.compress(gradient, residual_.data() + p.begin, p.size(), sparse_count_[server][k],
                          static_cast<std::uint32_t>(p.begin), sparse_indices_.data() + at, sparse_values_.data() + at);
       sends_.add(sparse_push_[server][k].isend(world_, rank, tag));
     } else if (k == 0) {
@@ -509,6 +527,8 @@ class Worker {
   std::vector<float> residual_, sparse_values_;
   std::vector<std::uint32_t> sparse_indices_;
   TopKSelector selector_;
+  float momentum_correction_ = 0.0f;
+  std::vector<float> velocity_;  // with momentum correction, else empty
   std::vector<std::vector<std::size_t>> sparse_offset_, sparse_count_;
   std::vector<std::vector<comm::Segments>> sparse_push_;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
