@@ -135,32 +135,10 @@ class ParameterServer {
   // other options or another build throws the same sentence everywhere instead of crashing later.
   ParameterServer(const comm::Communicator& world, Network network, Backend backend, Options options,
                   Sync sync = Sync{}, Optimizer optimizer = Optimizer{})
-      : world_(agreed_world(world, composition(network, options, sync))),
+      : world_(agreed_world(world, network, options, sync)),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options),
         identity_(resume_expectation(network, sync, optimizer, options.top_k > 0.0)) {
-    // Every rank agreed on these options (composition): each refuses them alike.
-    if (options.top_k != 0.0) ps::check_top_k(options.top_k, options.wire, "ParameterServer");
-    if (options.top_k_momentum != 0.0f && !(options.top_k > 0.0 && options.top_k_momentum > 0.0f &&
-                                            options.top_k_momentum < 1.0f)) {
-      throw Error(fmt::format("ParameterServer: momentum correction (Options::top_k_momentum = {}) must be in "
-                              "(0, 1), with top-k pushes (Options::top_k > 0; it is {})",
-                              options.top_k_momentum, options.top_k));
-    }
-    if (network_has_state && options.top_k > 0.0) {
-      // The state slots carry each worker's batch statistics for the servers to average: held
-      // back and added up like gradients they would be wrong, not merely late.
-      throw Error("ParameterServer: top-k pushes would sparsify the network's running statistics (batch "
-                  "normalization); use dense pushes (Options::top_k = 0) for this network");
-    }
-    // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
-    const int tag_ub = world_.tag_upper_bound();
-    if (layout_.max_pieces() > static_cast<std::size_t>(tag_ub - ps::tags::push) + 1) {
-      throw Error(fmt::format("ParameterServer: a shard of {} pieces of {} floats needs push tags up to {}, beyond "
-                              "this MPI's MPI_TAG_UB {}; choose a larger Options::piece_floats",
-                              layout_.max_pieces(), options.piece_floats,
-                              ps::tags::push + static_cast<long long>(layout_.max_pieces()) - 1, tag_ub));
-    }
     const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
     std::optional<data::Range> shard;
     if (serves) shard = layout_.shard(layout_.server_index(world_.rank()));
@@ -215,10 +193,6 @@ class ParameterServer {
         }
         worker_->set_local_server([server = server_.get()] { server->start_aggregating(); },
                                   [server = server_.get()] { server->serve_clock(); });
-      } else {
-        throw Error(fmt::format("ParameterServer: the colocated layout (servers = 0) serves clock by clock and "
-                                "supports the synchronous strategy only, not '{}'",
-                                Sync::name));
       }
     }
   }
@@ -314,17 +288,55 @@ class ParameterServer {
   }
 
  private:
-  static comm::Communicator agreed_world(const comm::Communicator& world, const ps::Composition& composition) {
+  static comm::Communicator agreed_world(const comm::Communicator& world, const Network& network,
+                                         const Options& options, const Sync& sync) {
     comm::Communicator own = world.duplicate();
     try {
-      composition.agree(own);
+      composition(network, options, sync).agree(own);
     } catch (const CollectiveError&) {
       // Every rank of `world` raises this one alike, so the collective free is safe here, and a
       // program that catches the error and goes on keeps no communicator per attempt.
       own = comm::Communicator();
       throw;
     }
+    try {
+      refuse_options(network, options, own);
+    } catch (const Error&) {
+      own = comm::Communicator();  // the options are agreed: every rank refuses them alike
+      throw;
+    }
     return own;
+  }
+  // Refusals that depend only on the agreed composition and the world's size, made before any
+  // member owns a communicator or a window, so that a program that catches them leaks nothing.
+  static void refuse_options(const Network& network, const Options& options, const comm::Communicator& world) {
+    const ps::Layout layout(world.size(), options.servers, network.parameter_count(), options.piece_floats);
+    if (options.top_k != 0.0) ps::check_top_k(options.top_k, options.wire, "ParameterServer");
+    if (options.top_k_momentum != 0.0f && !(options.top_k > 0.0 && options.top_k_momentum > 0.0f &&
+                                            options.top_k_momentum < 1.0f)) {
+      throw Error(fmt::format("ParameterServer: momentum correction (Options::top_k_momentum = {}) must be in "
+                              "(0, 1), with top-k pushes (Options::top_k > 0; it is {})",
+                              options.top_k_momentum, options.top_k));
+    }
+    if (network_has_state && options.top_k > 0.0) {
+      // The state slots carry each worker's batch statistics for the servers to average: held
+      // back and added up like gradients they would be wrong, not merely late.
+      throw Error("ParameterServer: top-k pushes would sparsify the network's running statistics (batch "
+                  "normalization); use dense pushes (Options::top_k = 0) for this network");
+    }
+    // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
+    const int tag_ub = world.tag_upper_bound();
+    if (layout.max_pieces() > static_cast<std::size_t>(tag_ub - ps::tags::push) + 1) {
+      throw Error(fmt::format("ParameterServer: a shard of {} pieces of {} floats needs push tags up to {}, beyond "
+                              "this MPI's MPI_TAG_UB {}; choose a larger Options::piece_floats",
+                              layout.max_pieces(), options.piece_floats,
+                              ps::tags::push + static_cast<long long>(layout.max_pieces()) - 1, tag_ub));
+    }
+    if (layout.colocated() && !Sync::aggregates) {
+      throw Error(fmt::format("ParameterServer: the colocated layout (servers = 0) serves clock by clock and "
+                              "supports the synchronous strategy only, not '{}'",
+                              Sync::name));
+    }
   }
 
   // The network's state slots within `shard`, for the rule that averages them.
