@@ -95,7 +95,7 @@ def pretend(args, nodes):
     return [NODES, "run", "--nodes", str(nodes), "--rate", args.rate, "--delay", args.delay, "--"]
 
 
-def execute_reported(cmd, env, timeout, grace=15.0):
+def execute_reported(cmd, env, timeout, grace=10.0):
     """Runs an hpcps example across pretend nodes; returns its stdout, wall seconds and whether it
     had to be stopped after writing its report. On 3 or more pretend nodes MPICH 4.0.2 with UCX
     1.13's TCP can hang in MPI_Finalize, also in a program that only calls MPI_Init, MPI_Barrier and

@@ -870,6 +870,49 @@ def plot_extrapolation(ext, workers_list, path):
     plt.close(fig)
 
 
+def link_only(args, rates):
+    import model_link
+    with open(args.link_rates) as f:
+        link_data = json.load(f)
+    message, exchange, table = model_link.link_message(link_data)
+    # The runs' compute and server kernels from the same machine_rates run as the link: the VM's
+    # host, and so its rates, change from day to day.
+    link_rates = Rates(link_data)
+    with open(args.top_k_rates) as f:
+        top_k_rates = json.load(f)
+    studies = []
+    for path in args.link_studies.split(","):
+        if os.path.exists(path):
+            with open(path) as f:
+                studies.append((path, json.load(f)))
+        else:
+            print(f"{path} not found: skipped", file=sys.stderr)
+    sizes = layer_sizes(args.small_hidden)
+    rows = model_link.validate_link(link_rates, message, exchange, top_k_rates, studies, sizes, parameter_count(sizes),
+                                    args.optimizer)
+    model_link.print_link_validation(rows)
+    errors = [abs(r["samples_per_second_error"]) for r in rows]
+    within = sum(e <= 0.15 for e in errors)
+    print(f"  within 15%: {within}/{len(rows)}; median |error| {statistics.median(errors) * 100:.0f}%, "
+          f"max {max(errors) * 100:.0f}%")
+    models = [{"sizes": layer_sizes(args.small_hidden), "worker_batch": args.small_worker_batch},
+              {"sizes": layer_sizes(args.big_hidden), "worker_batch": args.big_worker_batch}]
+    ext = model_link.extrapolate_link(rates, top_k_rates, models, [int(w) for w in args.link_workers.split(",")],
+                                      [float(g) for g in args.link_gbits.split(",")], args.link_alpha, args.optimizer)
+    model_link.print_link_extrapolation(ext, args.link_alpha)
+    plot = os.path.splitext(args.out)[0] + ".png"
+    model_link.plot_link(rows, ext, plot)
+    out = {"benchmark": "model_link", "rates_file": args.rates, "link_rates_file": args.link_rates,
+           "top_k_rates_file": args.top_k_rates, "studies": [p for p, _ in studies], "optimizer": args.optimizer,
+           "link_table": table, "equations": model_link.__doc__, "validation": rows,
+           "validation_within_15_percent": f"{within}/{len(rows)}",
+           "extrapolation_assumed_alpha_seconds": args.link_alpha, "extrapolation": ext, "plot": plot}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {args.out}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="bench/results/machine_rates.json", help="bench/machine_rates output")
@@ -902,13 +945,25 @@ def main():
     p.add_argument("--heterogeneous-only", action="store_true",
                    help="only the heterogeneous-workers prediction against --balance: no validation, no "
                         "extrapolation, no plots; JSON to --out (default bench/results/model_heterogeneous.json)")
+    p.add_argument("--link-only", action="store_true",
+                   help="only the model on a throttled link (bench/model_link.py): --link-rates, --link-studies; "
+                        "JSON to --out (default bench/results/model_link.json)")
+    p.add_argument("--link-rates", default="bench/results/link_rates.json",
+                   help="bench/machine_rates run across 2 pretend nodes (its ping-pong and exchange tables)")
+    p.add_argument("--link-studies", default="bench/results/link_study_mlp.json,bench/results/link_study_mlp_dedicated.json",
+                   help="bench/link_study.py results to predict (comma-separated; missing ones are skipped)")
+    p.add_argument("--top-k-rates", default="bench/results/top_k_rates.json", help="bench/top_k_rates output")
+    p.add_argument("--link-alpha", type=float, default=25e-6, help="extrapolation: ASSUMED one-way latency, seconds")
+    p.add_argument("--link-gbits", default="1,10,25,100", help="extrapolation: link bandwidths, Gbit/s")
+    p.add_argument("--link-workers", default="64,256,1024", help="extrapolation: worker counts")
     p.add_argument("--out", default=None, help="default: bench/results/model.json "
                    "(bench/results/model_heterogeneous.json with --heterogeneous-only)")
     p.add_argument("--validation-plot", default=None, help="default: model_validation.png next to --out")
     p.add_argument("--extrapolation-plot", default=None, help="default: model_extrapolation.png next to --out")
     args = p.parse_args()
     if args.out is None:
-        args.out = "bench/results/model_heterogeneous.json" if args.heterogeneous_only else "bench/results/model.json"
+        args.out = ("bench/results/model_heterogeneous.json" if args.heterogeneous_only else
+                    "bench/results/model_link.json" if args.link_only else "bench/results/model.json")
 
     with open(args.rates) as f:
         rates = Rates(json.load(f))
@@ -924,6 +979,10 @@ def main():
         print(f"  {'-'.join(map(str, layers))}, {threads} thread(s): " + ", ".join(
             f"b={r['batch']}: {r['gemm_gflops_median']:.0f} GFLOP/s, {r['gradient_seconds']['median'] * 1e3:.2f} ms"
             for r in rows))
+
+    if args.link_only:
+        link_only(args, rates)
+        return
 
     scheduler = None
     if os.path.exists(args.scheduler):

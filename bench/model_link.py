@@ -1,0 +1,226 @@
+"""bench/model.py's model of a synchronous clock on a throttled link between nodes (model.py --link-only).
+
+Inputs, all measured: the link's one-way message time t(m) (MPI ping-pong) and the time x(m) of an
+exchange in which both ranks send m at once, from bench/machine_rates run across 2 pretend nodes
+(scripts/pretend_nodes; bench/results/link_rates.json); the gradient and the server kernels of
+bench/machine_rates on one node (machine_rates.json); the top-k selection of bench/top_k_rates
+(top_k_rates.json). One clock of W workers, each with its share b of the global batch, over P
+parameters in S shards (colocated: S = W, every rank a worker and a server):
+
+    T = T_compute(b) + T_encode + T_push + T_server + T_pull
+    colocated: T_push = (W - 1) t(m_push),  T_pull = (W - 1) t(m_pull)   (a rank sends and receives
+               W - 1 messages; its own shard is a local copy); with W = 2, where x is measured,
+               T_push = x(m_push) and T_pull = x(m_pull): both ranks send at once
+    dedicated: T_push = max(W, S) t(m_push), T_pull = max(W, S) t(m_pull) (a server's link carries W)
+
+with m_push = 4 P/S + 4 bytes (fp32), 2 P/S + 4 (fp16, bf16), 8 ceil(r P/S) (top-k r: an index and a
+value per element sent) and m_pull = 4 or 2 bytes x P/S; T_encode the top-k selection (or the 16-bit
+encoding) of the P floats a worker pushes, at the measured rate. Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
+same compute and update.
+
+It predicts samples/s of the runs of bench/link_study.py and their time to the target (the run's
+own epochs to the target, which the model does not predict, over the predicted rate), and
+extrapolates to 64-1024 workers at 1-100 Gbit/s (assumed latency) for two model sizes: which wire,
+and the parameter server or ring allreduce, gives the shortest clock.
+"""
+import math
+
+FLOAT = 4
+TRAIN_SAMPLES = 60000
+
+
+def link_message(link_rates):
+    """t(m), the one-way time of a message on the link (ping-pong), and x(m), the time of an exchange
+    in which both ranks send m at once (bench/machine_rates across 2 pretend nodes): each
+    interpolated in log-log between the measured sizes; beyond the largest, plus the rest at the
+    bandwidth of the two largest."""
+    from model import interpolate  # noqa: E402 (model.py imports this module)
+
+    def curve(rows):
+        xs, ys = [r[0] for r in rows], [r[1] for r in rows]
+        beta = (xs[-1] - xs[-2]) / (ys[-1] - ys[-2])
+
+        def f(m):
+            if m >= xs[-1]:
+                return ys[-1] + (m - xs[-1]) / beta
+            return interpolate(xs, ys, max(m, xs[0]), log=True)
+        return f, {"bytes": xs, "seconds": ys, "beta_bytes_per_second": beta}
+    one_way, t_table = curve(sorted((r["bytes"], r["seconds_one_way"]["median"]) for r in link_rates["pingpong"]))
+    exchange, x_table = curve(sorted((r["bytes"], r["seconds"]["median"]) for r in link_rates["bidirectional"]))
+    return one_way, exchange, {"one_way": t_table, "exchange": x_table}
+
+
+def parse_wire(token):
+    """fp32 | fp16 | bf16 | topk<r>[mc][/<pull>] (bench/link_study.py's tokens)."""
+    if token in ("fp32", "fp16", "bf16"):
+        return {"top_k": 0.0, "push_bytes": FLOAT if token == "fp32" else 2, "pull_bytes": FLOAT if token == "fp32" else 2}
+    ratio, _, pull = token[len("topk"):].partition("/")
+    ratio = ratio[:-2] if ratio.endswith("mc") else ratio
+    return {"top_k": float(ratio), "push_bytes": 8, "pull_bytes": 2 if pull in ("fp16", "bf16") else FLOAT}
+
+
+def encode_seconds(top_k_rates, wire, floats):
+    """The worker's top-k selection (interpolated in the ratio) or 16-bit encoding of `floats`."""
+    kernels = top_k_rates["kernels"]
+    per_float = None
+    if wire["top_k"] > 0:
+        rows = sorted((k["ratio"], k["seconds_median"]) for k in kernels if k["name"] == "top-k compress")
+        r = min(max(wire["top_k"], rows[0][0]), rows[-1][0])
+        for (r0, s0), (r1, s1) in zip(rows, rows[1:]):
+            if r0 <= r <= r1:
+                t = (math.log(r) - math.log(r0)) / (math.log(r1) - math.log(r0))
+                per_float = (s0 + t * (s1 - s0)) / top_k_rates["floats"]
+                break
+    elif wire["push_bytes"] == 2:
+        per_float = next(k["seconds_median"] for k in kernels if k["name"] == "bf16 encode") / top_k_rates["floats"]
+    return (per_float or 0.0) * floats
+
+
+def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, worker_batch, wire, optimizer,
+                  exchange=None):
+    """One clock. `exchange`, where measured, times a colocated phase with 2 ranks, in which both
+    send at once over the two directions of one link; otherwise (W - 1) t(m)."""
+    from model import server_seconds  # noqa: E402
+    colocated = servers == 0
+    shards = workers if colocated else servers
+    shard = params / shards
+    m_push = (8 * math.ceil(wire["top_k"] * shard) if wire["top_k"] > 0 else wire["push_bytes"] * shard + FLOAT)
+    m_pull = wire["pull_bytes"] * shard
+    links = (workers - 1) if colocated else max(workers, servers)
+    compute = rates.gradient_seconds(sizes, worker_batch)[0]
+    encode = encode_seconds(top_k_rates, wire, params)  # the worker's S (or W) shards, P floats in all
+    if colocated and workers == 2 and exchange is not None:
+        push, pull = exchange(m_push), exchange(m_pull)
+    else:
+        push, pull = links * message(m_push), links * message(m_pull)
+    server = server_seconds(rates, shard, workers, optimizer)
+    total = compute + encode + push + server + pull
+    return {"compute": compute, "encode": encode, "push": push, "server": server, "pull": pull, "total": total,
+            "push_bytes": m_push, "pull_bytes": m_pull}
+
+
+def ring_clock(rates, message, sizes, params, workers, worker_batch, element_bytes, optimizer):
+    from model import UPDATE_ARRAYS, UPDATE_KERNEL  # noqa: E402
+    n = workers
+    compute = rates.gradient_seconds(sizes, worker_batch)[0]
+    comm = 2 * (n - 1) * message(element_bytes * params / n) if n > 1 else 0.0
+    reduce = (n - 1) * rates.kernel_seconds("add", params / n, 3)
+    update = rates.kernel_seconds(UPDATE_KERNEL[optimizer], params, UPDATE_ARRAYS[optimizer])
+    return {"compute": compute, "communicate": comm, "reduce": reduce, "update": update,
+            "total": compute + comm + reduce + update}
+
+
+def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params, optimizer):
+    """Predicted against measured for every hpcps configuration of the link studies."""
+    rows = []
+    for path, study in studies:
+        batch = study["batch"]
+        for name, res in study["results"].items():
+            parts = name.split()
+            if parts[0] != "hpcps":
+                continue
+            wire = parse_wire(parts[1])
+            workers, servers = 2, (0 if parts[2] == "colocated" else 1)
+            clock = ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, batch / workers, wire,
+                                  "sgd" if "mc" in parts[1] else optimizer, exchange)
+            predicted = batch / clock["total"]
+            measured = res["samples_per_second"]["median"]
+            epochs = res["epoch_at_target"]["median"] if res.get("epoch_at_target") else None
+            time_measured = res["time_to_target_seconds"]["median"] if res.get("time_to_target_seconds") else None
+            time_predicted = epochs * TRAIN_SAMPLES / predicted if epochs else None
+            rows.append({"study": path, "configuration": name, "target": study["target"],
+                         "measured_samples_per_second": measured, "predicted_samples_per_second": predicted,
+                         "samples_per_second_error": predicted / measured - 1.0,
+                         "measured_clock_seconds": batch / measured, "predicted_clock": clock,
+                         "epochs_to_target_measured": epochs, "time_to_target_measured": time_measured,
+                         "time_to_target_predicted": time_predicted,
+                         "time_to_target_error": (time_predicted / time_measured - 1.0) if time_measured else None})
+    return rows
+
+
+def print_link_validation(rows):
+    print("\nThe model on the link: samples/s and time to the target (with the run's measured epochs to it)")
+    print(f"  {'configuration':<34} {'measured':>9} {'model':>9} {'error':>7}   {'clock ms':>8} {'model ms':>8}   "
+          f"{'to target s':>11} {'model s':>8}")
+    for r in rows:
+        c = r["predicted_clock"]
+        tt = (f"{r['time_to_target_measured']:>11.1f} {r['time_to_target_predicted']:>8.1f}"
+              if r["time_to_target_measured"] else f"{'-':>11} {'-':>8}")
+        print(f"  {r['configuration']:<34} {r['measured_samples_per_second']:>9,.0f} {r['predicted_samples_per_second']:>9,.0f} "
+              f"{r['samples_per_second_error'] * 100:>+6.0f}%   {r['measured_clock_seconds'] * 1e3:>8.2f} "
+              f"{c['total'] * 1e3:>8.2f}   {tt}   (compute {c['compute'] * 1e3:.2f}, encode {c['encode'] * 1e3:.2f}, "
+              f"push {c['push'] * 1e3:.2f}, server {c['server'] * 1e3:.2f}, pull {c['pull'] * 1e3:.2f} ms)")
+
+
+EXTRAPOLATED_WIRES = ["fp32", "fp16", "topk0.01", "topk0.01/fp16"]
+
+
+def extrapolate_link(rates, top_k_rates, models, workers_list, gbits_list, alpha, optimizer):
+    """Per model, bandwidth and W: the clock of the colocated parameter server with each wire and of
+    ring allreduce in fp32 and fp16, one rank per node, t(m) = alpha + m / beta."""
+    out = []
+    for model in models:
+        sizes, batch = model["sizes"], model["worker_batch"]
+        from model import parameter_count  # noqa: E402
+        params = parameter_count(sizes)
+        for gbits in gbits_list:
+            beta = gbits * 1e9 / 8
+            message = (lambda a, b: (lambda m: a + m / b))(alpha, beta)
+            for w in workers_list:
+                row = {"model": "-".join(map(str, sizes)), "parameters": params, "worker_batch": batch,
+                       "gbits": gbits, "workers": w, "clocks": {}}
+                for token in EXTRAPOLATED_WIRES:
+                    row["clocks"][f"PS {token}"] = ps_link_clock(rates, message, top_k_rates, sizes, params, w, 0,
+                                                                 batch, parse_wire(token), optimizer)["total"]
+                for name, eb in (("ring fp32", FLOAT), ("ring fp16", 2)):
+                    row["clocks"][name] = ring_clock(rates, message, sizes, params, w, batch, eb, optimizer)["total"]
+                row["fastest"] = min(row["clocks"], key=row["clocks"].get)
+                row["ps_fp32_over_ring_fp32"] = row["clocks"]["PS fp32"] / row["clocks"]["ring fp32"]
+                row["best_ps_over_best_ring"] = (min(v for k, v in row["clocks"].items() if k.startswith("PS"))
+                                                 / min(v for k, v in row["clocks"].items() if k.startswith("ring")))
+                out.append(row)
+    return out
+
+
+def print_link_extrapolation(rows, alpha):
+    print(f"\nExtrapolated, one rank per node, colocated parameter server against ring allreduce, ASSUMED latency "
+          f"{alpha * 1e6:g} us: clock ms per configuration, the fastest marked")
+    names = list(rows[0]["clocks"])
+    print(f"  {'model':<18} {'Gb/s':>5} {'W':>5} " + " ".join(f"{n:>16}" for n in names))
+    for r in rows:
+        cells = " ".join(f"{r['clocks'][n] * 1e3:>15.2f}{'*' if n == r['fastest'] else ' '}" for n in names)
+        print(f"  {r['model']:<18} {r['gbits']:>5g} {r['workers']:>5} {cells}")
+
+
+def plot_link(rows, ext, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not found: no link plot")
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    ax = axes[0]
+    labels = [r["configuration"].replace("hpcps ", "") for r in rows]
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["measured_samples_per_second"] for r in rows], 0.4, label="measured (median)")
+    ax.bar([x + 0.2 for x in xs], [r["predicted_samples_per_second"] for r in rows], 0.4, label="model")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("samples/s")
+    ax.set_title("2 pretend nodes, 1 Gbit/s: the model against the runs")
+    ax.legend()
+    for ax, model in zip(axes[1:], sorted({r["model"] for r in ext}, key=lambda m: [r["parameters"] for r in ext if r["model"] == m][0])):
+        sel = [r for r in ext if r["model"] == model and r["workers"] == max(x["workers"] for x in ext)]
+        for name in sel[0]["clocks"]:
+            ax.plot([r["gbits"] for r in sel], [r["clocks"][name] * 1e3 for r in sel], marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("link, Gbit/s")
+        ax.set_ylabel("clock, ms")
+        ax.set_title(f"{model} ({sel[0]['parameters']:,} parameters), W = {sel[0]['workers']}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
