@@ -874,10 +874,13 @@ def link_only(args, rates):
     import model_link
     with open(args.link_rates) as f:
         link_data = json.load(f)
-    message, exchange, table = model_link.link_message(link_data)
-    # The runs' compute and server kernels from the same machine_rates run as the link: the VM's
-    # host, and so its rates, change from day to day.
+    # The runs' message times, compute and server kernels from one machine_rates run across the
+    # link: the VM's host, and so its rates, change from day to day.
     link_rates = Rates(link_data)
+    message = link_rates.message_table
+    exchange, exchange_table = model_link.link_message(link_data)
+    table = {"one_way": {"bytes": link_rates.pp_bytes, "seconds": link_rates.pp_seconds,
+                         "beta_bytes_per_second": link_rates.beta}, "exchange": exchange_table}
     with open(args.top_k_rates) as f:
         top_k_rates = json.load(f)
     studies = []
@@ -950,7 +953,8 @@ def main():
                         "JSON to --out (default bench/results/model_link.json)")
     p.add_argument("--link-rates", default="bench/results/link_rates.json",
                    help="bench/machine_rates run across 2 pretend nodes (its ping-pong and exchange tables)")
-    p.add_argument("--link-studies", default="bench/results/link_study_mlp.json,bench/results/link_study_mlp_dedicated.json",
+    p.add_argument("--link-studies", default="bench/results/link_study_mlp.json,bench/results/link_study_mlp_fp16_pulls.json,"
+                   "bench/results/link_study_mlp_dedicated.json",
                    help="bench/link_study.py results to predict (comma-separated; missing ones are skipped)")
     p.add_argument("--top-k-rates", default="bench/results/top_k_rates.json", help="bench/top_k_rates output")
     p.add_argument("--link-alpha", type=float, default=25e-6, help="extrapolation: ASSUMED one-way latency, seconds")

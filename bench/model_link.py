@@ -30,24 +30,20 @@ TRAIN_SAMPLES = 60000
 
 
 def link_message(link_rates):
-    """t(m), the one-way time of a message on the link (ping-pong), and x(m), the time of an exchange
-    in which both ranks send m at once (bench/machine_rates across 2 pretend nodes): each
-    interpolated in log-log between the measured sizes; beyond the largest, plus the rest at the
-    bandwidth of the two largest."""
+    """x(m), the time of an exchange in which both ranks send m at once on the link (bench/machine_rates
+    across 2 pretend nodes), interpolated in log-log between the measured sizes; beyond the largest,
+    plus the rest at the bandwidth of the two largest. The one-way time t(m) is the same run's
+    Rates.message_table."""
     from model import interpolate  # noqa: E402 (model.py imports this module)
+    rows = sorted((r["bytes"], r["seconds"]["median"]) for r in link_rates["bidirectional"])
+    xs, ys = [r[0] for r in rows], [r[1] for r in rows]
+    beta = (xs[-1] - xs[-2]) / (ys[-1] - ys[-2])
 
-    def curve(rows):
-        xs, ys = [r[0] for r in rows], [r[1] for r in rows]
-        beta = (xs[-1] - xs[-2]) / (ys[-1] - ys[-2])
-
-        def f(m):
-            if m >= xs[-1]:
-                return ys[-1] + (m - xs[-1]) / beta
-            return interpolate(xs, ys, max(m, xs[0]), log=True)
-        return f, {"bytes": xs, "seconds": ys, "beta_bytes_per_second": beta}
-    one_way, t_table = curve(sorted((r["bytes"], r["seconds_one_way"]["median"]) for r in link_rates["pingpong"]))
-    exchange, x_table = curve(sorted((r["bytes"], r["seconds"]["median"]) for r in link_rates["bidirectional"]))
-    return one_way, exchange, {"one_way": t_table, "exchange": x_table}
+    def exchange(m):
+        if m >= xs[-1]:
+            return ys[-1] + (m - xs[-1]) / beta
+        return interpolate(xs, ys, max(m, xs[0]), log=True)
+    return exchange, {"bytes": xs, "seconds": ys, "beta_bytes_per_second": beta}
 
 
 def parse_wire(token):
@@ -61,16 +57,14 @@ def parse_wire(token):
 
 def encode_seconds(top_k_rates, wire, floats):
     """The worker's top-k selection (interpolated in the ratio) or 16-bit encoding of `floats`."""
+    from model import interpolate  # noqa: E402
     kernels = top_k_rates["kernels"]
     per_float = None
     if wire["top_k"] > 0:
         rows = sorted((k["ratio"], k["seconds_median"]) for k in kernels if k["name"] == "top-k compress")
-        r = min(max(wire["top_k"], rows[0][0]), rows[-1][0])
-        for (r0, s0), (r1, s1) in zip(rows, rows[1:]):
-            if r0 <= r <= r1:
-                t = (math.log(r) - math.log(r0)) / (math.log(r1) - math.log(r0))
-                per_float = (s0 + t * (s1 - s0)) / top_k_rates["floats"]
-                break
+        # Linear in the logarithm of the ratio, clamped to the measured ratios.
+        per_float = interpolate([math.log(r) for r, _ in rows], [t for _, t in rows],
+                                math.log(wire["top_k"])) / top_k_rates["floats"]
     elif wire["push_bytes"] == 2:
         per_float = next(k["seconds_median"] for k in kernels if k["name"] == "bf16 encode") / top_k_rates["floats"]
     return (per_float or 0.0) * floats
