@@ -58,10 +58,12 @@ void remove_folders(const hpcps::comm::Communicator& world) {
 }
 
 template <class Server>
-typename Server::Options options(int servers, const std::string& resume = {}, double top_k = 0.0) {
+typename Server::Options options(int servers, const std::string& resume = {}, double top_k = 0.0,
+                                 bool sign_push = false) {
   typename Server::Options o;
   o.servers = servers;
   o.top_k = top_k;
+  o.sign_push = sign_push;
   o.max_batch = 32;
   o.piece_floats = 100;  // several pieces per shard
   o.resume = resume;
@@ -84,8 +86,9 @@ struct Outcome {
 
 template <class Server, class Optimizer>
 Outcome run(const hpcps::comm::Communicator& world, int servers, const hpcps::ps::TrainOptions& t, Optimizer optimizer,
-            const std::string& resume = {}, double top_k = 0.0) {
-  Server ps(world, network(), hpcps::backend::Cpu(1), options<Server>(servers, resume, top_k), {}, optimizer);
+            const std::string& resume = {}, double top_k = 0.0, bool sign_push = false) {
+  Server ps(world, network(), hpcps::backend::Cpu(1), options<Server>(servers, resume, top_k, sign_push), {},
+            optimizer);
   Outcome o;
   o.report = hpcps::ps::train(ps, train_set(), &test_set(), t);
   if (world.rank() == 0) {
@@ -134,25 +137,29 @@ TEST_CASE("a run resumed at an epoch boundary ends with the bits of the uninterr
   remove_folders(world);
 }
 
-// Top-k pushes hold part of every gradient back on the workers (ps/top_k.hpp): a checkpoint that
-// lost the residuals would resume to other bits, and lose gradient for good.
-TEST_CASE("a top-k run resumed at an epoch boundary ends with the bits of the uninterrupted run", "[checkpoint][top_k]") {
+// Top-k and scaled-sign pushes hold part of every gradient back on the workers (ps/top_k.hpp,
+// ps/sign_push.hpp): a checkpoint that lost the residuals would resume to other bits, and lose
+// gradient for good.
+TEST_CASE("a top-k or scaled-sign run resumed at an epoch boundary ends with the bits of the uninterrupted run",
+          "[checkpoint][top_k][sign]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::MomentumSgd momentum(0.05f);
-  const double ratio = 0.1;
-  for (const int servers : layouts(world.size())) {
-    INFO("servers " << servers);
-    const std::string folder = fresh_folder(world, "top-k");
-    const Outcome whole = run<Ps>(world, servers, train_options(3), momentum, {}, ratio);
-    auto first = train_options(1);
-    first.checkpoint = folder;
-    const Outcome part = run<Ps>(world, servers, first, momentum, {}, ratio);
-    CHECK(part.report.checkpoints == 1);
-    const Outcome resumed = run<Ps>(world, servers, train_options(3), momentum, folder, ratio);
-    if (world.rank() == 0) {
-      CHECK(resumed.report.epochs.size() == 2);
-      CHECK(resumed.parameters == whole.parameters);
-      CHECK(part.parameters != whole.parameters);  // the comparison can fail
+  for (const bool sign : {false, true}) {
+    const double ratio = sign ? 0.0 : 0.1;
+    for (const int servers : layouts(world.size())) {
+      INFO("servers " << servers << (sign ? ", scaled sign" : ", top-k"));
+      const std::string folder = fresh_folder(world, sign ? "sign" : "top-k");
+      const Outcome whole = run<Ps>(world, servers, train_options(3), momentum, {}, ratio, sign);
+      auto first = train_options(1);
+      first.checkpoint = folder;
+      const Outcome part = run<Ps>(world, servers, first, momentum, {}, ratio, sign);
+      CHECK(part.report.checkpoints == 1);
+      const Outcome resumed = run<Ps>(world, servers, train_options(3), momentum, folder, ratio, sign);
+      if (world.rank() == 0) {
+        CHECK(resumed.report.epochs.size() == 2);
+        CHECK(resumed.parameters == whole.parameters);
+        CHECK(part.parameters != whole.parameters);  // the comparison can fail
+      }
     }
   }
   remove_folders(world);
@@ -192,6 +199,12 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
       CHECK(ps.worker().residual() == expected);
     }
   }
+  // What a residual holds is gradient not yet sent, whatever sends it next: scaled-sign pushes
+  // take it over too.
+  {
+    Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(0, folder, 0.0, true), {}, momentum);
+    CHECK(ps.worker().residual() == written[static_cast<std::size_t>(world.rank())]);
+  }
   // A dense run would drop what the residuals hold: refused, on every rank, with the reason.
   std::string message;
   try {
@@ -200,8 +213,8 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
     message = e.reporter() ? e.what() : "not the reporter";
   }
   CHECK_THAT(message, Catch::Contains("not the reporter") ||
-                          (Catch::Contains("MANIFEST") && Catch::Contains("written with top-k pushes") &&
-                           Catch::Contains("resume with top-k pushes")));
+                          (Catch::Contains("MANIFEST") && Catch::Contains("written with compressed pushes") &&
+                           Catch::Contains("resume with top-k pushes") && Catch::Contains("scaled-sign")));
   // A damaged residual file is refused by its checksum, naming the file.
   if (world.rank() == 0) {
     std::fstream f(dir + "/" + hpcps::checkpoint::residual_file(0), std::ios::in | std::ios::out | std::ios::binary);

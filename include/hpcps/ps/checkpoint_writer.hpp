@@ -34,10 +34,10 @@ struct CheckpointPosition {
 };
 
 // Bytes of one checkpoint of a ParameterServer: the parameters and every state array, and with
-// top-k pushes each worker's residual.
+// compressed pushes (top-k, scaled sign) each worker's residual.
 template <class Server>
 std::uint64_t checkpoint_bytes(const Server& ps) {
-  const std::uint64_t residuals = ps.options().top_k > 0.0 ? static_cast<std::uint64_t>(ps.layout().workers()) : 0;
+  const std::uint64_t residuals = ps.keeps_residuals() ? static_cast<std::uint64_t>(ps.layout().workers()) : 0;
   return static_cast<std::uint64_t>(ps.layout().parameters()) *
          (1 + ps.checkpoint_identity().state_arrays.size() + residuals) * sizeof(float);
 }
@@ -84,7 +84,7 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
       problem = e.what();
     }
   }
-  if (ps.is_worker() && ps.options().top_k > 0.0 && problem.empty()) {
+  if (ps.is_worker() && ps.keeps_residuals() && problem.empty()) {
     const auto& residual = ps.worker().residual();
     const auto index = static_cast<std::size_t>(ps.worker_index());
     try {
@@ -131,7 +131,7 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
         const auto r = layout.shard(s);
         m.shards.emplace_back(r.begin, r.end);
       }
-      if (ps.options().top_k > 0.0) m.residuals.resize(static_cast<std::size_t>(layout.workers()));
+      if (ps.keeps_residuals()) m.residuals.resize(static_cast<std::size_t>(layout.workers()));
       for (int r = 0; r < comm.size(); ++r) {
         const std::uint64_t* e = all.data() + fields * static_cast<std::size_t>(r);
         if (e[4] != 0) m.residuals[e[4] - 1] = {checkpoint::residual_file(e[4] - 1), e[5], static_cast<std::uint32_t>(e[6])};

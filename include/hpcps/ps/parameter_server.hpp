@@ -99,6 +99,12 @@ class ParameterServer {
     // lost while it waits; pair it with a server rule without momentum (optim::StandardSgd).
     // 0: off. Not in checkpoints yet (ps::train refuses the two together).
     float top_k_momentum = 0.0f;
+    // Scaled-sign pushes with error feedback (ps/sign_push.hpp): each piece of a push sends one bit
+    // per element, the sign of gradient plus residual, and one fp32 scale, its mean magnitude; the
+    // rest stays on the worker for the next push. 1/32 of fp32's bytes, every element every clock.
+    // Not with top-k; fp32 push wire; no local shortcut or shared memory. Checkpoints hold each
+    // worker's residual.
+    bool sign_push = false;
     // Push each piece of the gradient as soon as backpropagation has finished it, while the
     // layers below are still computed (networks that report progress, host-memory backends).
     bool overlap = true;
@@ -121,9 +127,11 @@ class ParameterServer {
   // Whether a ParameterServer built with `options` shares memory between the ranks of a node.
   static constexpr bool can_share_memory = Sync::aggregates && Backend::host_accessible;
   static bool shares_memory(const Options& options) {
-    return can_share_memory && options.shared_memory && fp32_wires(options) && options.top_k == 0.0 &&
+    return can_share_memory && options.shared_memory && fp32_wires(options) && !compressed_pushes(options) &&
            (options.servers != 0 || options.local_shortcut);
   }
+  // Top-k or scaled-sign pushes: every piece is a message, and each worker keeps a residual.
+  static bool compressed_pushes(const Options& options) { return options.top_k > 0.0 || options.sign_push; }
   // Both directions in fp32: what working on another component's arrays in place needs.
   static bool fp32_wires(const Options& options) {
     return options.wire == ps::WireFormat::fp32 && options.pull_wire == ps::WireFormat::fp32;
@@ -138,7 +146,7 @@ class ParameterServer {
       : world_(agreed_world(world, network, options, sync)),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options),
-        identity_(resume_expectation(network, sync, optimizer, options.top_k > 0.0)) {
+        identity_(resume_expectation(network, sync, optimizer, compressed_pushes(options))) {
     const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
     std::optional<data::Range> shard;
     if (serves) shard = layout_.shard(layout_.server_index(world_.rank()));
@@ -161,12 +169,12 @@ class ParameterServer {
       if (resumed_) std::copy(resumed_->parameters.begin(), resumed_->parameters.end(), initial.begin() + shard->begin);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, server_rule(network, *shard, optimizer), options.wire,
-                                              options.pull_wire, options.top_k);
+                                              options.pull_wire, options.top_k, options.sign_push);
       if (resumed_) restore_server_state();
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
-                                              options.pull_wire, options.overlap, options.top_k);
+                                              options.pull_wire, options.overlap, options.top_k, options.sign_push);
       if (options.top_k_momentum != 0.0f) worker_->set_momentum_correction(options.top_k_momentum);
       if (resumed_ && !resumed_->residual.empty()) {
         worker_->restore_residual(resumed_->residual);
@@ -184,7 +192,7 @@ class ParameterServer {
       if constexpr (Sync::aggregates) {
         if constexpr (Backend::host_accessible) {
           // The rank's own slice and shard need no message: the server works in the worker's arrays.
-          if (options.local_shortcut && fp32_wires(options) && options.top_k == 0.0) {
+          if (options.local_shortcut && fp32_wires(options) && !compressed_pushes(options)) {
             const auto local = worker_->attach_local_server(layout_.server_index(world_.rank()));
             server_->attach_local_worker(static_cast<std::size_t>(world_.rank()), local.count, local.gradient,
                                          local.parameters);
@@ -210,6 +218,7 @@ class ParameterServer {
     c.add("top-k ratio (Options::top_k)", options.top_k == 0.0 ? "off" : fmt::format("{}", options.top_k));
     c.add("top-k momentum correction (Options::top_k_momentum)",
           options.top_k_momentum == 0.0f ? "off" : fmt::format("{}", options.top_k_momentum));
+    c.add("scaled-sign pushes (Options::sign_push)", options.sign_push ? "on" : "off");
     c.add("piece size (Options::piece_floats)", std::to_string(options.piece_floats));
     c.add("number of servers (Options::servers)", std::to_string(options.servers));
     c.add("initialisation seed (Options::seed)", std::to_string(options.seed));
@@ -220,9 +229,9 @@ class ParameterServer {
   }
   // What a checkpoint of this composition records, and what resuming checks.
   static ps::ResumeExpectation resume_expectation(const Network& network, const Sync& sync, const Optimizer& optimizer,
-                                                  bool top_k) {
+                                                  bool residuals) {
     ps::ResumeExpectation e;
-    e.top_k = top_k;
+    e.residuals = residuals;
     e.network = ps::describe_network(network);
     e.parameters = network.parameter_count();
     e.sync = fmt::format("{} (staleness {})", Sync::name, sync.staleness());
@@ -248,6 +257,8 @@ class ParameterServer {
   bool is_server() const { return server_ != nullptr; }
   int worker_index() const { return world_.rank(); }  // valid on workers
   const Options& options() const { return options_; }
+  // Whether the workers keep residuals (compressed pushes), which checkpoints hold.
+  bool keeps_residuals() const { return compressed_pushes(options_); }
   const comm::Communicator& world() const { return world_; }
   // Whether this rank exchanges with some other rank through shared memory.
   bool uses_shared_memory() const { return node_peers_ > 0; }
@@ -318,11 +329,22 @@ class ParameterServer {
                               "(0, 1), with top-k pushes (Options::top_k > 0; it is {})",
                               options.top_k_momentum, options.top_k));
     }
-    if (network_has_state && options.top_k > 0.0) {
+    if (options.sign_push && options.top_k != 0.0) {
+      throw Error(fmt::format("ParameterServer: a push is either top-k (Options::top_k = {}) or scaled-sign "
+                              "(Options::sign_push), not both",
+                              options.top_k));
+    }
+    if (options.sign_push && options.wire != ps::WireFormat::fp32) {
+      throw Error(fmt::format("ParameterServer: scaled-sign pushes send bits and an fp32 scale; set the push wire "
+                              "(Options::wire) to fp32, not {}",
+                              ps::wire_name(options.wire)));
+    }
+    if (network_has_state && compressed_pushes(options)) {
       // The state slots carry each worker's batch statistics for the servers to average: held
       // back and added up like gradients they would be wrong, not merely late.
-      throw Error("ParameterServer: top-k pushes would sparsify the network's running statistics (batch "
-                  "normalization); use dense pushes (Options::top_k = 0) for this network");
+      throw Error("ParameterServer: compressed pushes (top-k, scaled sign) would compress the network's running "
+                  "statistics (batch normalization); use uncompressed pushes (Options::top_k = 0, Options::sign_push "
+                  "= false) for this network");
     }
     // Push pieces are told apart by tag: the largest must exist in this MPI (MPI_TAG_UB >= 32767).
     const int tag_ub = world.tag_upper_bound();

@@ -2,7 +2,7 @@
 // Reading a checkpoint to resume from (ParameterServer::Options::resume): every rank reads and
 // checks the manifest against its own composition, each server reads its shard's parameters and
 // state arrays (from whichever old shard files hold them: the layout may differ), each worker of a
-// top-k run its residual (the sum of the old workers' that fall to it), and the ranks
+// compressed-push run its residual (the sum of the old workers' that fall to it), and the ranks
 // agree on the verdict, so a bad checkpoint stops every rank with one sentence naming the file and
 // the reason, before anything is trained or written.
 #include <cstddef>
@@ -29,7 +29,7 @@ struct ResumeExpectation {
   std::size_t parameters = 0;
   std::string sync, optimizer;
   std::vector<std::string> state_arrays;
-  bool top_k = false;  // top-k pushes, whose workers keep residuals
+  bool residuals = false;  // compressed pushes (top-k, scaled sign), whose workers keep residuals
 };
 
 struct ResumedCheckpoint {
@@ -37,7 +37,7 @@ struct ResumedCheckpoint {
   checkpoint::Manifest manifest;
   std::vector<float> parameters;          // a server's shard, else empty
   std::vector<std::vector<float>> state;  // the same for each state array
-  std::vector<float> residual;            // a top-k worker's, else empty (none saved: start from zero)
+  std::vector<float> residual;            // a compressed-push worker's, else empty (none saved: start from zero)
 };
 
 // Empty if the checkpoint fits the run, else why not.
@@ -53,9 +53,11 @@ inline std::string mismatch(const checkpoint::Manifest& m, const ResumeExpectati
     return differs("state arrays", fmt::format("[{}]", fmt::join(m.state_arrays, ", ")),
                    fmt::format("[{}]", fmt::join(e.state_arrays, ", ")));
   }
-  if (!m.residuals.empty() && !e.top_k) {
-    return fmt::format("written with top-k pushes: its {} workers' residuals hold gradient not yet applied, which "
-                       "dense pushes would lose; resume with top-k pushes (Options::top_k, --top-k)",
+  if (!m.residuals.empty() && !e.residuals) {
+    // Either compression takes a residual: it is gradient not yet sent, whatever sends it next.
+    return fmt::format("written with compressed pushes: its {} workers' residuals hold gradient not yet applied, "
+                       "which uncompressed pushes would lose; resume with top-k pushes (Options::top_k, --top-k) or "
+                       "scaled-sign pushes (Options::sign_push, --sign-push)",
                        m.residuals.size());
   }
   return {};
@@ -108,7 +110,7 @@ inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const 
         reader.read(a + 1, *shard, r.state[a].data());
       }
     }
-    if (worker && expected.top_k && !r.manifest.residuals.empty()) {
+    if (worker && expected.residuals && !r.manifest.residuals.empty()) {
       r.residual = read_residual(r.path, r.manifest, *worker, workers);
     }
   } catch (const std::exception& e) {

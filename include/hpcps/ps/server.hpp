@@ -16,7 +16,8 @@
 //
 // Top-k pushes (ps/top_k.hpp) land as each piece's values and indices, and a piece's sum is built
 // by adding each contributor's pairs into a zeroed piece, in worker-rank order: the sum of the
-// dense vectors they stand for, without making them dense per worker.
+// dense vectors they stand for, without making them dense per worker. Scaled-sign pushes
+// (ps/sign_push.hpp) land as each piece's scale and words of signs and are summed the same way.
 //
 // Pushes in a 16-bit wire format (ps/wire_format.hpp) land in a 16-bit inbox, their counts in an
 // fp32 array beside it, and are converted to fp32 inside the sum; a 16-bit pull sends a 16-bit
@@ -47,6 +48,7 @@
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/ps/detail/aggregate.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/sign_push.hpp"
 #include "hpcps/ps/top_k.hpp"
 #include "hpcps/ps/wire_format.hpp"
 
@@ -67,7 +69,7 @@ class Server {
  public:
   Server(const comm::Communicator& world, const Layout& layout, int index, const float* initial_parameters,
          Sync sync, Optimizer optimizer, WireFormat push_wire = WireFormat::fp32,
-         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0)
+         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0, bool sign = false)
       : world_(world),
         layout_(layout),
         index_(index),
@@ -81,14 +83,17 @@ class Server {
         // The aggregating loop sums slices in it; a 16-bit slice is converted in it in either loop.
         block_(Sync::aggregates || push_wire != WireFormat::fp32 ? detail::aggregate_block : 0, 0.0f),
         state_(optimizer_.make_state(range_.size())),
-        top_k_(top_k) {
+        top_k_(top_k),
+        sign_(sign) {
     const auto workers = static_cast<std::size_t>(layout.workers());
     for (std::size_t k = 0; k < layout.pieces(index); ++k) {
       const data::Range p = layout.piece(index, k);
       pieces_.push_back({p.begin - range_.begin, p.end - range_.begin});
     }
     counts_.assign(workers, 0.0f);
+    if (top_k_ > 0.0 && sign_) throw Error("ps::Server: a push is either top-k or scaled-sign, not both");
     if (top_k_ > 0.0) prepare_top_k(workers);
+    if (sign_) prepare_sign(workers);
     in_place_.assign(workers, nullptr);
     inboxes_.resize(workers);  // fp32: allocated on first use, for the workers whose pushes arrive as messages
     if (push_wire != WireFormat::fp32) {
@@ -214,7 +219,7 @@ class Server {
   // computations) and fp32 wires; called once, before start_aggregating().
   void attach_local_worker(std::size_t worker, const float* count, const float* gradient, float* parameters) {
     static_assert(Sync::aggregates, "ps::Server: a local worker is served clock by clock only");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || top_k_ > 0.0 || worker >= active_.size()) {
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || worker >= active_.size()) {
       throw Error(fmt::format("ps::Server: cannot attach local worker {} (of {}) with {} pushes and {} pulls", worker,
                               active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
     }
@@ -230,7 +235,7 @@ class Server {
   // local worker's vector in the window). Bulk-synchronous serving, fp32 wires; before serving.
   void attach_node_worker(std::size_t worker, const float* gradient, const comm::SharedWindow& window) {
     static_assert(Sync::aggregates, "ps::Server: workers share memory with a server that serves clock by clock only");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || top_k_ > 0.0 || worker >= active_.size() ||
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || worker >= active_.size() ||
         worker == local_) {
       throw Error(fmt::format("ps::Server: cannot share memory with worker {} (of {}) with {} pushes and {} pulls",
                               worker, active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
@@ -539,7 +544,7 @@ class Server {
   std::uint16_t* inbox_wire(std::size_t worker) { return inbox_wire_.data() + worker * range_.size(); }
   float push_count(std::size_t worker) {
     if (worker == local_) return *local_count_;
-    if (top_k_ > 0.0) return counts_[worker];
+    if (compressed()) return counts_[worker];
     return push_wire_ == WireFormat::fp32 && !in_place_[worker] ? inbox(worker)[0] : counts_[worker];
   }
   // A worker of this node other than the local one: its push is read in place, and only empty
@@ -547,7 +552,7 @@ class Server {
   bool shares_memory_with(std::size_t worker) const { return in_place_[worker] && worker != local_; }
   // Once the workers that share memory are known: the others' pushes need an inbox here.
   void allocate_inboxes() {
-    if (push_wire_ != WireFormat::fp32 || top_k_ > 0.0) return;
+    if (push_wire_ != WireFormat::fp32 || compressed()) return;
     for (std::size_t w = 0; w < inboxes_.size(); ++w) {
       if (!in_place_[w] && inboxes_[w].empty()) inboxes_[w].assign(range_.size() + 1, 0.0f);
     }
@@ -558,6 +563,8 @@ class Server {
   void aggregate(data::Range p, float scale) {
     if (top_k_ > 0.0) {
       aggregate_top_k(p, scale);
+    } else if (sign_) {
+      aggregate_sign(p, scale);
     } else if (push_wire_ == WireFormat::fp32) {
       piece_slices_.clear();
       for (std::size_t w : contributors_) {
@@ -589,6 +596,21 @@ class Server {
       optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
     }
   }
+  // The same for scaled-sign pushes: each contributor's +-scale added into a zeroed piece.
+  void aggregate_sign(data::Range p, float scale) {
+    for (std::size_t k = 0; k < pieces_.size(); ++k) {
+      const data::Range piece = pieces_[k];
+      if (piece.begin < p.begin || piece.end > p.end) continue;
+      float* sum = piece_sum_.data();
+      std::fill(sum, sum + piece.size(), 0.0f);
+      for (std::size_t w : contributors_) {
+        add_signs(sign_scales_[w * pieces_.size() + k], sign_words_.data() + w * sign_stride_ + sign_offset_[k],
+                  piece.size(), sum);
+      }
+      optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
+    }
+  }
+  bool compressed() const { return top_k_ > 0.0 || sign_; }
   // Top-k pushes: per piece, how many pairs each worker sends and where they start in a worker's
   // share of the value and index inboxes; every (worker, piece) receive built once over them.
   void prepare_top_k(std::size_t workers) {
@@ -608,10 +630,40 @@ class Server {
       for (std::size_t k = 0; k < pieces_.size(); ++k) {
         const std::size_t at = w * sparse_stride_ + sparse_offset_[k], n = sparse_count_[k];
         if (k == 0) {
-          sparse_receive_.emplace_back(
+          compressed_receive_.emplace_back(
               comm::Segments{{&counts_[w], 1}, {sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
         } else {
-          sparse_receive_.emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+          compressed_receive_.emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+        }
+      }
+    }
+  }
+  // Scaled-sign pushes: per piece, where its words start in a worker's share of the word inbox;
+  // every (worker, piece) receive, [count,] scale, words, built once over the inboxes.
+  void prepare_sign(std::size_t workers) {
+    if (push_wire_ != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Server: scaled-sign pushes send bits and an fp32 scale; the push wire is {}",
+                              wire_name(push_wire_)));
+    }
+    std::size_t largest = 0;
+    sign_stride_ = 0;
+    for (const data::Range& piece : pieces_) {
+      sign_offset_.push_back(sign_stride_);
+      sign_stride_ += sign_words(piece.size());
+      largest = std::max(largest, piece.size());
+    }
+    sign_scales_.assign(workers * pieces_.size(), 0.0f);
+    sign_words_.assign(workers * sign_stride_, 0);
+    piece_sum_.assign(largest, 0.0f);
+    for (std::size_t w = 0; w < workers; ++w) {
+      for (std::size_t k = 0; k < pieces_.size(); ++k) {
+        float* scale = &sign_scales_[w * pieces_.size() + k];
+        const std::uint32_t* words = sign_words_.data() + w * sign_stride_ + sign_offset_[k];
+        const std::size_t n = sign_words(pieces_[k].size());
+        if (k == 0) {
+          compressed_receive_.emplace_back(comm::Segments{{&counts_[w], 1}, {scale, 1}, {words, n}});
+        } else {
+          compressed_receive_.emplace_back(comm::Segments{{scale, 1}, {words, n}});
         }
       }
     }
@@ -648,7 +700,7 @@ class Server {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
     if (shares_memory_with(worker)) return world_.irecv(&counts_[worker], k == 0 ? 1 : 0, rank, tags::push_piece(k));
-    if (top_k_ > 0.0) return sparse_receive_[worker * pieces_.size() + k].irecv(world_, rank, tags::push_piece(k));
+    if (compressed()) return compressed_receive_[worker * pieces_.size() + k].irecv(world_, rank, tags::push_piece(k));
     if (push_wire_ != WireFormat::fp32) {
       if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push_piece(0));
       return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push_piece(k));
@@ -676,7 +728,14 @@ class Server {
   std::size_t sparse_stride_ = 0;
   std::vector<float> sparse_values_, piece_sum_;
   std::vector<std::uint32_t> sparse_indices_;
-  std::vector<comm::Segments> sparse_receive_;
+  bool sign_ = false;  // scaled-sign pushes
+  // Scaled-sign pushes (prepare_sign): by piece, where its words start in a worker's share; the
+  // scales (worker after worker, a scale per piece) and the words, sign_stride_ per worker.
+  std::vector<std::size_t> sign_offset_;
+  std::size_t sign_stride_ = 0;
+  std::vector<float> sign_scales_;
+  std::vector<std::uint32_t> sign_words_;
+  std::vector<comm::Segments> compressed_receive_;  // by worker and piece: top-k or scaled-sign receives
   std::vector<std::uint16_t> inbox_wire_, params_wire_;  // 16-bit pushes received, 16-bit copy for pulls
   std::vector<float> counts_;  // each worker's sample count: 16-bit pushes, and workers sharing memory
   std::vector<comm::Segments> first_piece_;              // 16-bit pushes: [count, piece 0] receive, by worker

@@ -318,8 +318,8 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                           world.rank() == 0);
   }
   if (!options.checkpoint.empty()) {
-    // Found out now, not after the first hour: rank 0, the servers and top-k workers must be able to write.
-    const bool writes = world.rank() == 0 || ps.is_server() || (ps.is_worker() && ps.options().top_k > 0.0);
+    // Found out now, not after the first hour: rank 0, the servers and compressing workers must be able to write.
+    const bool writes = world.rank() == 0 || ps.is_server() || (ps.is_worker() && ps.keeps_residuals());
     throw_if_any_rank(world,
                       writes ? checkpoint::writable_problem(options.checkpoint, report.checkpoint_bytes) : std::string(),
                       "ps::train", fmt::format("another rank cannot write checkpoints into {}", options.checkpoint));

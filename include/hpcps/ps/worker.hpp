@@ -12,6 +12,8 @@
 // With top-k pushes (a ratio in (0, 1]; ps/top_k.hpp) each piece of the gradient, plus what earlier
 // pushes held back of it (the residual, kept here), leaves as its ceil(ratio * size) largest
 // elements: [count,] values, then their indices; the rest stays in the residual for the next push.
+// With scaled-sign pushes (ps/sign_push.hpp) each piece plus its residual leaves as [count,] one
+// fp32 scale and a bit per element; what the bits do not carry stays in the residual.
 //
 // A server on the same node may share memory with this worker instead (attach_node_server; see
 // ps/server.hpp): the gradient and parameter vectors then live in a comm::SharedWindow, the
@@ -37,6 +39,7 @@
 #include "hpcps/nn/batch_stats.hpp"
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/sign_push.hpp"
 #include "hpcps/ps/top_k.hpp"
 #include "hpcps/ps/wire_format.hpp"
 
@@ -83,7 +86,7 @@ class Worker {
 
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
          std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32,
-         bool overlap = true, double top_k = 0.0)
+         bool overlap = true, double top_k = 0.0, bool sign = false)
       : world_(world),
         layout_(layout),
         network_(network),
@@ -98,7 +101,8 @@ class Worker {
         grad_wire_(push_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
         params_wire_(pull_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
         overlap_(overlap && overlaps_backpropagation),
-        top_k_(top_k) {
+        top_k_(top_k),
+        sign_(sign) {
     if (max_batch > (std::size_t{1} << 24)) {
       // The sample count travels as the leading float of a push; floats count exactly to 2^24.
       throw Error(fmt::format("ps::Worker: batch of {} exceeds the largest supported ({})", max_batch, 1 << 24));
@@ -108,7 +112,9 @@ class Worker {
       device_grad_ = backend.make_buffer(layout.parameters());
     }
     std::size_t pieces = 0;
+    if (top_k_ > 0.0 && sign_) throw Error("ps::Worker: a push is either top-k or scaled-sign, not both");
     if (top_k_ > 0.0) prepare_top_k();
+    if (sign_) prepare_sign();
     describe_first_pushes();
     node_params_.assign(static_cast<std::size_t>(layout.servers()), nullptr);
     for (int s = 0; s < layout.servers(); ++s) {
@@ -204,8 +210,8 @@ class Worker {
     sends_.clear();
   }
 
-  // Top-k pushes: what they have held back so far, element by element (layout.parameters() floats;
-  // empty without top-k).
+  // Top-k or scaled-sign pushes: what they have held back so far, element by element
+  // (layout.parameters() floats; empty with uncompressed pushes).
   const std::vector<float>& residual() const { return residual_; }
   // Top-k with momentum correction (ps/top_k.hpp): the worker keeps the velocity u <- m u + g and
   // pushes it through error feedback; m in (0, 1), 0 turns it off. Before start().
@@ -220,11 +226,12 @@ class Worker {
     velocity_.assign(momentum > 0.0f ? layout_.parameters() : 0, 0.0f);
   }
   const std::vector<float>& velocity() const { return velocity_; }
-  // A resumed top-k run's residual (ps/resume.hpp): what the checkpoint's workers held back.
+  // A resumed top-k or scaled-sign run's residual (ps/resume.hpp): what the checkpoint's workers
+  // held back.
   void restore_residual(const std::vector<float>& residual) {
-    if (top_k_ == 0.0 || residual.size() != residual_.size()) {
+    if (!compressed() || residual.size() != residual_.size()) {
       throw Error(fmt::format("ps::Worker: a residual of {} values for {} parameters{}", residual.size(),
-                              layout_.parameters(), top_k_ == 0.0 ? " and dense pushes" : ""));
+                              layout_.parameters(), compressed() ? "" : " and uncompressed pushes"));
     }
     std::copy(residual.begin(), residual.end(), residual_.begin());
   }
@@ -288,7 +295,7 @@ class Worker {
   // sent nor pulled any more (host memory only: the server reads and writes these arrays).
   LocalEndpoint attach_local_server(int s) {
     static_assert(Backend::host_accessible, "ps::Worker: a local server reads the gradient in host memory");
-    if (top_k_ > 0.0) throw Error(fmt::format("ps::Worker: a local server {} cannot read top-k pushes in place", s));
+    if (compressed()) throw Error(fmt::format("ps::Worker: a local server {} cannot read compressed pushes in place", s));
     const auto elsewhere = [s](const PieceId& id) { return id.server != s; };
     push_order_.erase(std::stable_partition(push_order_.begin(), push_order_.end(), elsewhere), push_order_.end());
     pull_order_.erase(std::stable_partition(pull_order_.begin(), pull_order_.end(), elsewhere), pull_order_.end());
@@ -314,9 +321,10 @@ class Worker {
   // inside `window`. Host memory, fp32 wires; before start().
   void attach_node_server(int s, const float* shard_parameters, const comm::SharedWindow& window) {
     static_assert(Backend::host_accessible, "ps::Worker: a server on the node reads the gradient in host memory");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || top_k_ > 0.0) {
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed()) {
       throw Error(fmt::format("ps::Worker: cannot share memory with server {} with {} pushes{} and {} pulls", s,
-                              wire_name(push_wire_), top_k_ > 0.0 ? " (top-k)" : "", wire_name(pull_wire_)));
+                              wire_name(push_wire_), top_k_ > 0.0 ? " (top-k)" : sign_ ? " (scaled sign)" : "",
+                              wire_name(pull_wire_)));
     }
     node_params_[static_cast<std::size_t>(s)] = shard_parameters;
     shared_window_ = &window;
@@ -343,20 +351,54 @@ class Worker {
     sparse_values_.assign(total, 0.0f);
     sparse_indices_.assign(total, 0);
     selector_ = TopKSelector(largest);
-    sparse_push_.resize(sparse_offset_.size());
+    compressed_push_.resize(sparse_offset_.size());
     for (int s = 0; s < layout_.servers(); ++s) {
       const auto server = static_cast<std::size_t>(s);
       for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
         const std::size_t at = sparse_offset_[server][k], n = sparse_count_[server][k];
         if (k == 0) {
-          sparse_push_[server].emplace_back(
+          compressed_push_[server].emplace_back(
               comm::Segments{{&count_slot_, 1}, {sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
         } else {
-          sparse_push_[server].emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
+          compressed_push_[server].emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
         }
       }
     }
   }
+  // Scaled sign: a scale per piece and its words of signs, side by side for every piece, and each
+  // piece's message, [count,] scale, words, over them.
+  void prepare_sign() {
+    if (push_wire_ != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Worker: scaled-sign pushes send bits and an fp32 scale; the push wire is {}",
+                              wire_name(push_wire_)));
+    }
+    std::size_t pieces = 0, words = 0;
+    for (int s = 0; s < layout_.servers(); ++s) {
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k) words += sign_words(layout_.piece(s, k).size());
+      pieces += layout_.pieces(s);
+    }
+    residual_.assign(layout_.parameters(), 0.0f);
+    sign_scales_.assign(pieces, 0.0f);
+    sign_words_.assign(words, 0);
+    sign_slot_.resize(static_cast<std::size_t>(layout_.servers()));
+    compressed_push_.resize(sign_slot_.size());
+    std::size_t piece = 0, at = 0;
+    for (int s = 0; s < layout_.servers(); ++s) {
+      const auto server = static_cast<std::size_t>(s);
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k, ++piece) {
+        const std::size_t n = sign_words(layout_.piece(s, k).size());
+        sign_slot_[server].push_back({piece, at});
+        if (k == 0) {
+          compressed_push_[server].emplace_back(
+              comm::Segments{{&count_slot_, 1}, {&sign_scales_[piece], 1}, {sign_words_.data() + at, n}});
+        } else {
+          compressed_push_[server].emplace_back(comm::Segments{{&sign_scales_[piece], 1}, {sign_words_.data() + at, n}});
+        }
+        at += n;
+      }
+    }
+  }
+  bool compressed() const { return top_k_ > 0.0 || sign_; }
   void start_local_server() {
     if (start_local_) std::exchange(start_local_, nullptr)();
   }
@@ -392,8 +434,8 @@ class Worker {
       shared_window_->sync();
       with_gradient = false;
     }
-    if (top_k_ > 0.0) {
-      push_top_k(s, k, with_gradient, rank, tag);
+    if (compressed()) {
+      push_compressed(s, k, with_gradient, rank, tag);
       return;
     }
     if (with_gradient && !fp32) wire::encode(push_wire_, grad_ + p.begin, p.size(), grad_wire_.data() + p.begin);
@@ -407,21 +449,29 @@ class Worker {
       sends_.add(world_.isend(grad_wire_.data() + p.begin, n, rank, tag));
     }
   }
-  // Piece k of server s as its top elements (the rest joins the residual), or, with no gradient,
-  // the count alone (piece 0) or an empty message: a prefix of what the server's receive takes.
-  void push_top_k(int s, std::size_t k, bool with_gradient, int rank, int tag) {
+  // Piece k of server s as its top elements or its scaled signs (the rest joins the residual), or,
+  // with no gradient, the count alone (piece 0) or an empty message: a prefix of what the server's
+  // receive takes.
+  void push_compressed(int s, std::size_t k, bool with_gradient, int rank, int tag) {
     const auto server = static_cast<std::size_t>(s);
     if (with_gradient) {
       const data::Range p = layout_.piece(s, k);
-      const std::size_t at = sparse_offset_[server][k];
       const float* gradient = grad_ + p.begin;
       if (!velocity_.empty()) {
         accumulate_velocity(gradient, velocity_.data() + p.begin, p.size(), momentum_correction_);
         gradient = velocity_.data() + p.begin;
       }
-      selector_.compress(gradient, residual_.data() + p.begin, p.size(), sparse_count_[server][k],
-                         static_cast<std::uint32_t>(p.begin), sparse_indices_.data() + at, sparse_values_.data() + at);
-      sends_.add(sparse_push_[server][k].isend(world_, rank, tag));
+      if (sign_) {
+        const SignSlot slot = sign_slot_[server][k];
+        compress_sign(gradient, residual_.data() + p.begin, p.size(), &sign_scales_[slot.scale],
+                      sign_words_.data() + slot.words);
+      } else {
+        const std::size_t at = sparse_offset_[server][k];
+        selector_.compress(gradient, residual_.data() + p.begin, p.size(), sparse_count_[server][k],
+                           static_cast<std::uint32_t>(p.begin), sparse_indices_.data() + at,
+                           sparse_values_.data() + at);
+      }
+      sends_.add(compressed_push_[server][k].isend(world_, rank, tag));
     } else if (k == 0) {
       sends_.add(count_only_push_[server].isend(world_, rank, tag));
     } else {
@@ -530,7 +580,16 @@ class Worker {
   float momentum_correction_ = 0.0f;
   std::vector<float> velocity_;  // with momentum correction, else empty
   std::vector<std::vector<std::size_t>> sparse_offset_, sparse_count_;
-  std::vector<std::vector<comm::Segments>> sparse_push_;
+  bool sign_ = false;  // scaled-sign pushes
+  // Scaled-sign pushes (prepare_sign): every piece's scale and words of signs; by server and
+  // piece, where they are.
+  struct SignSlot {
+    std::size_t scale, words;
+  };
+  std::vector<float> sign_scales_;
+  std::vector<std::uint32_t> sign_words_;
+  std::vector<std::vector<SignSlot>> sign_slot_;
+  std::vector<std::vector<comm::Segments>> compressed_push_;  // by server and piece: top-k or scaled-sign messages
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
   const comm::SharedWindow* shared_window_ = nullptr;
   comm::RequestSet sends_, receives_;
