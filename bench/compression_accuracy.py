@@ -2,9 +2,9 @@
 """Does a compressed push train to the accuracy of fp32 pushes, in every synchronization strategy?
 
 For each strategy (BSP, SSP, async) and each wire (fp32, and the compressed ones: topk<r>,
-topk<r>mc with momentum correction on the workers and plain SGD on the server, bf16, fp16, as
-bench/link_study.py spells them), trains examples/fashion_mnist_<model> on 2 workers + 1
-dedicated server (mpiexec -n 3 --servers 1; --layout colocated: 2 ranks, --servers 0) for --epochs
+topk<r>mc with momentum correction on the workers and plain SGD on the server, sign[mc] for
+scaled-sign pushes, bf16, fp16, as bench/link_study.py spells them), trains
+examples/fashion_mnist_<model> on 2 workers + 1 dedicated server (mpiexec -n 3 --servers 1; --layout colocated: 2 ranks, --servers 0) for --epochs
 with the link study's recipe (momentum 0.9, constant learning rate, global batch 128; --schedule
 cosine decays it to 0 over the run instead) and records
 the final test accuracy. Repeat r uses seed --seed + r for every (strategy, wire), so each

@@ -16,7 +16,8 @@ thread per process. Configurations (--configs picks some):
 
 <wire> is fp32, bf16 or fp16: pushes and pulls in that format (--wire and --pull-wire of the
 example); or topk<r>[/<pull>]: top-k pushes of the share r with error feedback (--top-k r) and pulls
-in <pull> (fp32 unless named), e.g. "hpcps topk0.01/fp16 colocated". Every run trains at most --max-epochs (the PyTorch runs stop at the target with
+in <pull> (fp32 unless named), e.g. "hpcps topk0.01/fp16 colocated"; topk<r>mc adds momentum
+correction; or sign[mc][/<pull>]: scaled-sign pushes with error feedback (--sign-push), mc as for top-k. Every run trains at most --max-epochs (the PyTorch runs stop at the target with
 --stop-at-target); runs are interleaved, the order rotated each repeat; the seed is --seed + repeat
 for every configuration. Per configuration: the training seconds to the target (evaluation
 excluded), the final accuracy and samples/s, median and min-max; per hpcps configuration its
@@ -50,10 +51,15 @@ CONFIGS = [f"hpcps {w} {layout}" for layout in LAYOUTS for w in WIRES] + ["DDP f
 
 
 def wire_arguments(wire):
-    """The example's options for a <wire> token: fp32|bf16|fp16, or topk<r>[mc][/<pull>] (mc: with
-    momentum correction 0.9 on the workers; see optimizer_arguments)."""
+    """The example's options for a <wire> token: fp32|bf16|fp16, topk<r>[mc][/<pull>] (mc: with
+    momentum correction 0.9 on the workers; see optimizer_arguments), or sign[mc][/<pull>]."""
     if wire in ("fp32", "bf16", "fp16"):
         return ["--wire", wire, "--pull-wire", wire]
+    if wire.startswith("sign"):
+        rest, _, pull = wire.partition("/")
+        if rest in ("sign", "signmc") and pull in ("", "fp32", "bf16", "fp16"):
+            return ["--wire", "fp32", "--sign-push", "--pull-wire", pull or "fp32",
+                    *(["--top-k-momentum", "0.9"] if rest == "signmc" else [])]
     if wire.startswith("topk"):
         ratio, _, pull = wire[len("topk"):].partition("/")
         corrected = ratio.endswith("mc")
@@ -61,7 +67,7 @@ def wire_arguments(wire):
         if 0.0 < float(ratio) <= 1.0 and pull in ("", "fp32", "bf16", "fp16"):
             return ["--wire", "fp32", "--top-k", ratio, "--pull-wire", pull or "fp32",
                     *(["--top-k-momentum", "0.9"] if corrected else [])]
-    raise ValueError(f"unknown wire {wire!r}: fp32, bf16, fp16 or topk<r>[mc][/<pull>]")
+    raise ValueError(f"unknown wire {wire!r}: fp32, bf16, fp16, topk<r>[mc][/<pull>] or sign[mc][/<pull>]")
 
 
 def optimizer_arguments(wire):
@@ -221,7 +227,7 @@ def main():
     names = [n.strip() for n in args.configs.split(",")]
     unknown = [n for n in names if not known(n)]
     if unknown:
-        p.error(f"unknown configurations {unknown}; choose from {CONFIGS}, or another top-k ratio or pull wire")
+        p.error(f"unknown configurations {unknown}; choose from {CONFIGS}, or another top-k ratio, sign or pull wire")
     check = subprocess.run([NODES, "check"], capture_output=True, text=True)
     if check.returncode != 0:
         p.error(f"cannot make pretend nodes here: {check.stderr.strip()}")

@@ -56,7 +56,7 @@ struct Config {
   std::string wire = "fp32";       // number format of pushed gradients: fp32, bf16, fp16
   std::string pull_wire = "fp32";  // number format of pulled parameters
   double top_k = 0.0;              // top-k pushes with error feedback: the share of each piece sent; 0: all
-  float top_k_momentum = 0.0f;     // with --top-k: momentum correction on the workers (DGC); 0: off
+  float top_k_momentum = 0.0f;     // with --top-k or --sign-push: momentum correction on the workers (DGC); 0: off
   bool sign_push = false;          // scaled-sign pushes with error feedback: a bit per element and a scale
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
@@ -165,12 +165,12 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
                  "for the next push (error feedback); 0: every element")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--top-k-momentum", cfg.top_k_momentum,
-                 "With --top-k: momentum correction (Deep Gradient Compression): each worker keeps the velocity "
+                 "With --top-k or --sign-push: momentum correction (Deep Gradient Compression): each worker keeps the velocity "
                  "u = m u + g and pushes it through error feedback; use --optimizer sgd on the server. 0: off")
       ->capture_default_str()->check(CLI::Range(0.0, 0.999));
   app.add_flag("--sign-push", cfg.sign_push,
-               "Push one bit per element, the sign of gradient plus residual, and one scale per piece (its mean "
-               "magnitude); keep the rest on the worker for the next push (error feedback, 1/32 of fp32's bytes)");
+               "Push one bit per element, the sign of gradient plus residual, and one scale per 1024 elements (their "
+               "mean magnitude); keep the rest on the worker for the next push (error feedback, 1/31 of fp32's bytes)");
   app.add_option("--piece-floats", cfg.piece_floats, "Largest push/pull message in floats (a shard travels as pieces)")
       ->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");

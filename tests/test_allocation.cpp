@@ -22,7 +22,8 @@ using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::ba
 // clock) and the servers serve them; on a worker, only the steady-state steps are counted.
 template <class Sync = hpcps::sync::Synchronous>
 long allocations_during(std::size_t steps, int servers, WireFormat push = WireFormat::fp32,
-                        WireFormat pull = WireFormat::fp32, bool shared_memory = true, double top_k = 0.0) {
+                        WireFormat pull = WireFormat::fp32, bool shared_memory = true, double top_k = 0.0,
+                        bool sign = false) {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
   typename Server<Sync>::Options options;
@@ -33,10 +34,12 @@ long allocations_during(std::size_t steps, int servers, WireFormat push = WireFo
   options.pull_wire = pull;
   options.shared_memory = shared_memory;
   options.top_k = top_k;
+  options.sign_push = sign;
   Server<Sync> ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
   // The synchronous fp32 runs exchange through shared memory unless told not to (one node).
   CHECK(ps.uses_shared_memory() ==
-        (shared_memory && Sync::aggregates && push == WireFormat::fp32 && pull == WireFormat::fp32 && top_k == 0.0));
+        (shared_memory && Sync::aggregates && push == WireFormat::fp32 && pull == WireFormat::fp32 && top_k == 0.0 &&
+         !sign));
   std::vector<float> x(8 * 20, 0.5f);
   std::vector<std::int32_t> y(8, 1);
   long counted = 0;
@@ -164,12 +167,12 @@ namespace {
 
 // Dedicated (1 server), colocated and asynchronous runs with these pushes and pulls: a worker
 // allocates nothing after its first clock, and a server's count does not grow with the clocks.
-void check_steady_state_without_allocation(WireFormat push, WireFormat pull, double top_k) {
+void check_steady_state_without_allocation(WireFormat push, WireFormat pull, double top_k, bool sign = false) {
   const auto world = hpcps::comm::Communicator::world();
   const bool server = world.rank() == world.size() - 1;
   using Sync = hpcps::sync::Synchronous;
-  const long short_run = allocations_during<Sync>(5, 1, push, pull, true, top_k);
-  const long long_run = allocations_during<Sync>(25, 1, push, pull, true, top_k);
+  const long short_run = allocations_during<Sync>(5, 1, push, pull, true, top_k, sign);
+  const long long_run = allocations_during<Sync>(25, 1, push, pull, true, top_k, sign);
   INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
   if (server) {
     CHECK(long_run == short_run);
@@ -177,13 +180,13 @@ void check_steady_state_without_allocation(WireFormat push, WireFormat pull, dou
     CHECK(short_run == 0);
     CHECK(long_run == 0);
   }
-  const long colocated = allocations_during<Sync>(25, 0, push, pull, true, top_k);
+  const long colocated = allocations_during<Sync>(25, 0, push, pull, true, top_k, sign);
   INFO("colocated: " << colocated << " allocations for 25 clocks");
   CHECK(colocated == 0);
   // The individual loop (asynchronous): its server's count must not grow with the clocks either.
   using Async = hpcps::sync::Asynchronous;
-  const long async_short = allocations_during<Async>(5, 1, push, pull, true, top_k);
-  const long async_long = allocations_during<Async>(25, 1, push, pull, true, top_k);
+  const long async_short = allocations_during<Async>(5, 1, push, pull, true, top_k, sign);
+  const long async_long = allocations_during<Async>(25, 1, push, pull, true, top_k, sign);
   INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
   if (server) {
     CHECK(async_long == async_short);
@@ -211,6 +214,14 @@ TEST_CASE("no allocation in the steady-state step with top-k pushes", "[top_k][m
     return;
   }
   check_steady_state_without_allocation(WireFormat::fp32, WireFormat::fp32, 0.1);
+}
+
+TEST_CASE("no allocation in the steady-state step with scaled-sign pushes", "[sign][mpi]") {
+  if (hpcps::comm::Communicator::world().size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  check_steady_state_without_allocation(WireFormat::fp32, WireFormat::fp32, 0.0, true);
 }
 
 // Balancing (ps/balance.hpp) runs every clock: the parts of full and short batches and the speed

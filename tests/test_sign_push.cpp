@@ -3,14 +3,17 @@
 // +-scale the server adds; through the parameter server a piece of one element is the element
 // itself, so such a run is the dense run bit for bit; with larger pieces what the servers applied
 // plus what the workers hold back is what a dense run applied, up to the rounding of the
-// residual's subtractions, in every strategy; the compositions it cannot serve are refused.
+// residual's subtractions, in every strategy; with momentum correction and one-element pieces it
+// is momentum SGD on the server; the compositions it cannot serve are refused.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -29,7 +32,8 @@ using hpcps_test::synthetic;
 
 template <class Sync, class Optimizer, class Network>
 hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, bool sign,
-                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer) {
+                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer,
+                          float momentum_correction = 0.0f) {
   using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, Optimizer>;
   const auto world = hpcps::comm::Communicator::world();
   typename Server::Options options;
@@ -38,40 +42,51 @@ hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, 
   options.seed = 5;
   options.piece_floats = piece_floats;
   options.sign_push = sign;
+  options.top_k_momentum = momentum_correction;
   Server ps(world, net, hpcps::backend::Cpu(1), options, Sync{}, optimizer);
   return hpcps_test::train_clocks(ps, data, b, steps);
 }
 
 }  // namespace
 
-TEST_CASE("a scaled sign sends the mean magnitude with each sign and keeps exactly the rest", "[sign]") {
+TEST_CASE("a scaled sign sends each block's mean magnitude with each sign and keeps exactly the rest", "[sign]") {
+  using hpcps::ps::sign_block;
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33}, std::size_t{100}}) {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33}, std::size_t{100},
+                              sign_block, sign_block + 1, 2 * sign_block + 33}) {
     INFO("n = " << n);
     std::vector<float> gradient(n), residual(n);
-    for (auto& g : gradient) g = normal(rng);
-    for (auto& r : residual) r = 0.25f * normal(rng);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Blocks of very different magnitude: each must get its own scale.
+      gradient[i] = normal(rng) * (i / sign_block % 2 == 0 ? 1.0f : 1e-3f);
+      residual[i] = 0.25f * normal(rng) * (i / sign_block % 2 == 0 ? 1.0f : 1e-3f);
+    }
     gradient[0] = -0.0f;
     residual[0] = 0.0f;  // x = -0 + 0 = +0 (IEEE): a zero sends +scale
     if (n > 2) residual[2] = -gradient[2] - 0.0f;
     std::vector<float> x(n);
-    double magnitude = 0.0;
+    std::vector<double> magnitude(hpcps::ps::sign_scales(n), 0.0);
     for (std::size_t i = 0; i < n; ++i) {
       x[i] = gradient[i] + residual[i];
-      magnitude += std::fabs(static_cast<double>(x[i]));
+      magnitude[i / sign_block] += std::fabs(static_cast<double>(x[i]));
     }
     std::vector<std::uint32_t> words(hpcps::ps::sign_words(n), 0xFFFFFFFFu);
-    float scale = -1.0f;
-    hpcps::ps::compress_sign(gradient.data(), residual.data(), n, &scale, words.data());
-    CHECK(scale == static_cast<float>(magnitude / static_cast<double>(n)));
+    std::vector<float> scales(hpcps::ps::sign_scales(n) + 1, -1.0f);  // one past the end: must stay untouched
+    hpcps::ps::compress_sign(gradient.data(), residual.data(), n, scales.data(), words.data());
+    CHECK(scales.back() == -1.0f);
+    for (std::size_t b = 0; b < magnitude.size(); ++b) {
+      const std::size_t size = std::min(sign_block, n - b * sign_block);
+      CHECK(scales[b] == static_cast<float>(magnitude[b] / static_cast<double>(size)));
+    }
     // What the server adds for this piece, into zeros.
     std::vector<float> sent(n, 0.0f);
-    hpcps::ps::add_signs(scale, words.data(), n, sent.data());
+    hpcps::ps::add_signs(scales.data(), words.data(), n, sent.data());
     std::size_t wrong = 0;
     for (std::size_t i = 0; i < n; ++i) {
+      const float scale = scales[i / sign_block];
       const bool negative = std::signbit(x[i]);
-      if (sent[i] != (negative ? -scale : scale)) ++wrong;  // the sign travelled, with the scale
+      if (sent[i] != (negative ? -scale : scale)) ++wrong;  // the sign travelled, with its block's scale
       if (residual[i] != x[i] - sent[i]) ++wrong;           // the rest stayed, rounded once
     }
     CHECK(wrong == 0);
@@ -84,10 +99,10 @@ TEST_CASE("a diverged piece stays visible through a scaled sign", "[sign]") {
   std::vector<float> gradient{1.0f, std::numeric_limits<float>::quiet_NaN(), -2.0f}, residual(3, 0.0f);
   std::uint32_t word = 0;
   float scale = 0.0f;
-  hpcps::ps::compress_sign(gradient.data(), residual.data(), 3, &scale, &word);
+  hpcps::ps::compress_sign(gradient.data(), residual.data(), 3, &scale, &word);  // one block
   CHECK(std::isnan(scale));
   std::vector<float> sent(3, 0.0f);
-  hpcps::ps::add_signs(scale, &word, 3, sent.data());
+  hpcps::ps::add_signs(&scale, &word, 3, sent.data());
   CHECK(std::isnan(sent[0]));
   CHECK(std::isnan(sent[2]));
 }
@@ -114,13 +129,38 @@ TEST_CASE("scaled-sign pushes of one element a piece train to the dense run's pa
   }
 }
 
+TEST_CASE("scaled-sign pushes with momentum correction of one-element pieces are momentum SGD on the server",
+          "[sign][mpi]") {
+  // A piece of one element sends u_w = m u_w + g_w exactly, the server applies plain SGD to the
+  // sum; momentum SGD on the server keeps v = m v + sum_w g_w. The same, summed in another order.
+  const auto world = hpcps::comm::Communicator::world();
+  using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
+  const Net net({8, 6, 3});
+  const std::size_t b = 4, steps = 6;
+  for (int servers = 0; servers < world.size(); ++servers) {
+    const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
+    const auto data = synthetic(steps * b * workers, net.input_size(), net.output_size(), 81);
+    using Sync = hpcps::sync::Synchronous;
+    const hpcps::optim::StandardSgd plain(0.1f);
+    const auto momentum = train<Sync>(net, data, servers, false, 1, b, steps, hpcps::optim::MomentumSgd(0.1f));
+    const auto corrected = train<Sync>(net, data, servers, true, 1, b, steps, plain, 0.9f);
+    const auto uncorrected = train<Sync>(net, data, servers, true, 1, b, steps, plain);
+    INFO("servers " << servers);
+    if (!corrected.master.empty()) {
+      CHECK(hpcps_test::difference_over_largest(corrected.master, momentum.master) < 1e-5);
+      CHECK(hpcps_test::difference_over_largest(uncorrected.master, momentum.master) > 1e-3);  // plain SGD
+    }
+    if (!corrected.worker.empty()) CHECK(hpcps_test::difference_over_largest(corrected.worker, momentum.worker) < 1e-5);
+  }
+}
+
 // What the servers applied plus what the workers hold back, against a dense run, in strategy
 // Sync: equal up to the rounding of each residual subtraction (ulps of the values summed), and far
 // from equal without the residual, so the comparison can fail.
 template <class Sync>
-void check_nothing_lost(std::size_t piece) {
+void check_nothing_lost(std::size_t parameters, std::size_t piece) {
   const auto world = hpcps::comm::Communicator::world();
-  const FixedGradient net(53, 8);
+  const FixedGradient net(parameters, 8);
   const std::size_t b = 3, steps = 9, n = net.parameter_count();
   const int servers = Sync::aggregates ? 0 : 1;
   const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
@@ -128,7 +168,7 @@ void check_nothing_lost(std::size_t piece) {
   const auto dense = train<Sync>(net, data, servers, false, piece, b, steps, Accumulate{});
   const auto sign = train<Sync>(net, data, servers, true, piece, b, steps, Accumulate{});
   const auto held = summed_over_ranks(sign.residual, n);
-  INFO(Sync::name << ", pieces of " << piece);
+  INFO(Sync::name << ", " << parameters << " parameters in pieces of " << piece);
   if (!sign.master.empty()) {
     // Compared as what was added to the start, so the start's magnitude hides nothing.
     std::vector<float> start(n);
@@ -148,15 +188,18 @@ void check_nothing_lost(std::size_t piece) {
 
 TEST_CASE("scaled-sign pushes lose nothing but roundings in every strategy", "[sign][mpi]") {
   const auto world = hpcps::comm::Communicator::world();
-  for (const std::size_t piece : {std::size_t{53}, std::size_t{10}}) {
-    check_nothing_lost<hpcps::sync::Synchronous>(piece);
+  // Pieces of one block, of a fraction of one, and of several (a short block last).
+  constexpr std::size_t block = hpcps::ps::sign_block;
+  const std::pair<std::size_t, std::size_t> shapes[] = {{53, 53}, {53, 10}, {2 * block + 77, 3 * block}};
+  for (const auto& [parameters, piece] : shapes) {
+    check_nothing_lost<hpcps::sync::Synchronous>(parameters, piece);
     if (world.size() < 2) continue;  // a dedicated server and a worker
-    check_nothing_lost<hpcps::sync::Asynchronous>(piece);
-    check_nothing_lost<hpcps::sync::StaleSynchronous>(piece);
+    check_nothing_lost<hpcps::sync::Asynchronous>(parameters, piece);
+    check_nothing_lost<hpcps::sync::StaleSynchronous>(parameters, piece);
   }
 }
 
-TEST_CASE("scaled-sign pushes refuse top-k, a 16-bit push wire and momentum correction on every rank", "[sign][mpi]") {
+TEST_CASE("scaled-sign pushes refuse top-k and a 16-bit push wire on every rank", "[sign][mpi]") {
   using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu,
                                         hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
@@ -173,11 +216,7 @@ TEST_CASE("scaled-sign pushes refuse top-k, a 16-bit push wire and momentum corr
   CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
                     Catch::Contains("scaled-sign pushes") && Catch::Contains("not fp16"));
   options.wire = hpcps::ps::WireFormat::fp32;
-  options.top_k_momentum = 0.9f;
-  CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
-                    Catch::Contains("momentum correction") && Catch::Contains("with top-k pushes"));
   // A 16-bit pull wire is fine: only the push is compressed.
-  options.top_k_momentum = 0.0f;
   options.pull_wire = hpcps::ps::WireFormat::fp16;
   CHECK_NOTHROW(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)));
   world.barrier();

@@ -162,7 +162,7 @@ TEST_CASE("top-k refuses 16-bit values and a ratio outside (0, 1] on every rank"
   options.top_k = 0.0;
   options.top_k_momentum = 0.9f;  // without top-k
   CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
-                    Catch::Contains("momentum correction") && Catch::Contains("with top-k pushes"));
+                    Catch::Contains("momentum correction") && Catch::Contains("with compressed pushes"));
   options.top_k = 0.5;
   options.top_k_momentum = 1.0f;
   CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),

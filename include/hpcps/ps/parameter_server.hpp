@@ -94,14 +94,15 @@ class ParameterServer {
     // fp32); no local shortcut or shared memory (every piece is a message). Checkpoints hold each
     // worker's residual.
     double top_k = 0.0;
-    // With top-k: momentum correction (DGC; ps/top_k.hpp) in (0, 1): each worker keeps the
-    // velocity u <- m u + g and sends it through error feedback, so an element's momentum is not
-    // lost while it waits; pair it with a server rule without momentum (optim::StandardSgd).
-    // 0: off. Not in checkpoints yet (ps::train refuses the two together).
+    // With compressed pushes (top-k or scaled sign): momentum correction (DGC; ps/top_k.hpp) in
+    // (0, 1): each worker keeps the velocity u <- m u + g and sends it through error feedback, so an
+    // element's momentum is not lost while it waits; pair it with a server rule without momentum
+    // (optim::StandardSgd). 0: off. Not in checkpoints yet (ps::train refuses the two together).
     float top_k_momentum = 0.0f;
-    // Scaled-sign pushes with error feedback (ps/sign_push.hpp): each piece of a push sends one bit
-    // per element, the sign of gradient plus residual, and one fp32 scale, its mean magnitude; the
-    // rest stays on the worker for the next push. 1/32 of fp32's bytes, every element every clock.
+    // Scaled-sign pushes with error feedback (ps/sign_push.hpp): a push sends one bit per element,
+    // the sign of gradient plus residual, and one fp32 scale per ps::sign_block (1024) elements,
+    // their mean magnitude; the rest stays on the worker for the next push. 1/31 of fp32's bytes,
+    // every element every clock.
     // Not with top-k; fp32 push wire; no local shortcut or shared memory. Checkpoints hold each
     // worker's residual.
     bool sign_push = false;
@@ -323,10 +324,10 @@ class ParameterServer {
   static void refuse_options(const Network& network, const Options& options, const comm::Communicator& world) {
     const ps::Layout layout(world.size(), options.servers, network.parameter_count(), options.piece_floats);
     if (options.top_k != 0.0) ps::check_top_k(options.top_k, options.wire, "ParameterServer");
-    if (options.top_k_momentum != 0.0f && !(options.top_k > 0.0 && options.top_k_momentum > 0.0f &&
+    if (options.top_k_momentum != 0.0f && !(compressed_pushes(options) && options.top_k_momentum > 0.0f &&
                                             options.top_k_momentum < 1.0f)) {
       throw Error(fmt::format("ParameterServer: momentum correction (Options::top_k_momentum = {}) must be in "
-                              "(0, 1), with top-k pushes (Options::top_k > 0; it is {})",
+                              "(0, 1), with compressed pushes (Options::top_k > 0, it is {}, or Options::sign_push)",
                               options.top_k_momentum, options.top_k));
     }
     if (options.sign_push && options.top_k != 0.0) {

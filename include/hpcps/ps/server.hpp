@@ -17,7 +17,7 @@
 // Top-k pushes (ps/top_k.hpp) land as each piece's values and indices, and a piece's sum is built
 // by adding each contributor's pairs into a zeroed piece, in worker-rank order: the sum of the
 // dense vectors they stand for, without making them dense per worker. Scaled-sign pushes
-// (ps/sign_push.hpp) land as each piece's scale and words of signs and are summed the same way.
+// (ps/sign_push.hpp) land as each piece's scales and words of signs and are summed the same way.
 //
 // Pushes in a 16-bit wire format (ps/wire_format.hpp) land in a 16-bit inbox, their counts in an
 // fp32 array beside it, and are converted to fp32 inside the sum; a 16-bit pull sends a 16-bit
@@ -596,7 +596,7 @@ class Server {
       optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
     }
   }
-  // The same for scaled-sign pushes: each contributor's +-scale added into a zeroed piece.
+  // The same for scaled-sign pushes: each contributor's +-scales added into a zeroed piece.
   void aggregate_sign(data::Range p, float scale) {
     for (std::size_t k = 0; k < pieces_.size(); ++k) {
       const data::Range piece = pieces_[k];
@@ -604,8 +604,8 @@ class Server {
       float* sum = piece_sum_.data();
       std::fill(sum, sum + piece.size(), 0.0f);
       for (std::size_t w : contributors_) {
-        add_signs(sign_scales_[w * pieces_.size() + k], sign_words_.data() + w * sign_stride_ + sign_offset_[k],
-                  piece.size(), sum);
+        add_signs(sign_scales_.data() + w * sign_scale_stride_ + sign_scale_offset_[k],
+                  sign_words_.data() + w * sign_word_stride_ + sign_word_offset_[k], piece.size(), sum);
       }
       optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
     }
@@ -638,32 +638,34 @@ class Server {
       }
     }
   }
-  // Scaled-sign pushes: per piece, where its words start in a worker's share of the word inbox;
-  // every (worker, piece) receive, [count,] scale, words, built once over the inboxes.
+  // Scaled-sign pushes: per piece, where its scales and words start in a worker's share of the
+  // scale and word inboxes; every (worker, piece) receive, [count,] scales, words, built once over
+  // the inboxes.
   void prepare_sign(std::size_t workers) {
     if (push_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Server: scaled-sign pushes send bits and an fp32 scale; the push wire is {}",
+      throw Error(fmt::format("ps::Server: scaled-sign pushes send bits and fp32 scales; the push wire is {}",
                               wire_name(push_wire_)));
     }
     std::size_t largest = 0;
-    sign_stride_ = 0;
     for (const data::Range& piece : pieces_) {
-      sign_offset_.push_back(sign_stride_);
-      sign_stride_ += sign_words(piece.size());
+      sign_scale_offset_.push_back(sign_scale_stride_);
+      sign_word_offset_.push_back(sign_word_stride_);
+      sign_scale_stride_ += sign_scales(piece.size());
+      sign_word_stride_ += sign_words(piece.size());
       largest = std::max(largest, piece.size());
     }
-    sign_scales_.assign(workers * pieces_.size(), 0.0f);
-    sign_words_.assign(workers * sign_stride_, 0);
+    sign_scales_.assign(workers * sign_scale_stride_, 0.0f);
+    sign_words_.assign(workers * sign_word_stride_, 0);
     piece_sum_.assign(largest, 0.0f);
     for (std::size_t w = 0; w < workers; ++w) {
       for (std::size_t k = 0; k < pieces_.size(); ++k) {
-        float* scale = &sign_scales_[w * pieces_.size() + k];
-        const std::uint32_t* words = sign_words_.data() + w * sign_stride_ + sign_offset_[k];
-        const std::size_t n = sign_words(pieces_[k].size());
+        const float* scales = sign_scales_.data() + w * sign_scale_stride_ + sign_scale_offset_[k];
+        const std::uint32_t* words = sign_words_.data() + w * sign_word_stride_ + sign_word_offset_[k];
+        const std::size_t m = sign_scales(pieces_[k].size()), n = sign_words(pieces_[k].size());
         if (k == 0) {
-          compressed_receive_.emplace_back(comm::Segments{{&counts_[w], 1}, {scale, 1}, {words, n}});
+          compressed_receive_.emplace_back(comm::Segments{{&counts_[w], 1}, {scales, m}, {words, n}});
         } else {
-          compressed_receive_.emplace_back(comm::Segments{{scale, 1}, {words, n}});
+          compressed_receive_.emplace_back(comm::Segments{{scales, m}, {words, n}});
         }
       }
     }
@@ -729,10 +731,10 @@ class Server {
   std::vector<float> sparse_values_, piece_sum_;
   std::vector<std::uint32_t> sparse_indices_;
   bool sign_ = false;  // scaled-sign pushes
-  // Scaled-sign pushes (prepare_sign): by piece, where its words start in a worker's share; the
-  // scales (worker after worker, a scale per piece) and the words, sign_stride_ per worker.
-  std::vector<std::size_t> sign_offset_;
-  std::size_t sign_stride_ = 0;
+  // Scaled-sign pushes (prepare_sign): by piece, where its scales and words start in a worker's
+  // share; the scales and the words, worker after worker, a stride of each per worker.
+  std::vector<std::size_t> sign_scale_offset_, sign_word_offset_;
+  std::size_t sign_scale_stride_ = 0, sign_word_stride_ = 0;
   std::vector<float> sign_scales_;
   std::vector<std::uint32_t> sign_words_;
   std::vector<comm::Segments> compressed_receive_;  // by worker and piece: top-k or scaled-sign receives

@@ -12,8 +12,8 @@
 // With top-k pushes (a ratio in (0, 1]; ps/top_k.hpp) each piece of the gradient, plus what earlier
 // pushes held back of it (the residual, kept here), leaves as its ceil(ratio * size) largest
 // elements: [count,] values, then their indices; the rest stays in the residual for the next push.
-// With scaled-sign pushes (ps/sign_push.hpp) each piece plus its residual leaves as [count,] one
-// fp32 scale and a bit per element; what the bits do not carry stays in the residual.
+// With scaled-sign pushes (ps/sign_push.hpp) each piece plus its residual leaves as [count,] an
+// fp32 scale per block of ps::sign_block elements and a bit per element; what the bits do not carry stays in the residual.
 //
 // A server on the same node may share memory with this worker instead (attach_node_server; see
 // ps/server.hpp): the gradient and parameter vectors then live in a comm::SharedWindow, the
@@ -213,11 +213,11 @@ class Worker {
   // Top-k or scaled-sign pushes: what they have held back so far, element by element
   // (layout.parameters() floats; empty with uncompressed pushes).
   const std::vector<float>& residual() const { return residual_; }
-  // Top-k with momentum correction (ps/top_k.hpp): the worker keeps the velocity u <- m u + g and
-  // pushes it through error feedback; m in (0, 1), 0 turns it off. Before start().
+  // Compressed pushes with momentum correction (ps/top_k.hpp): the worker keeps the velocity
+  // u <- m u + g and pushes it through error feedback; m in (0, 1), 0 turns it off. Before start().
   void set_momentum_correction(float momentum) {
-    if (top_k_ == 0.0 && momentum != 0.0f) {
-      throw Error("ps::Worker: momentum correction is for top-k pushes (Options::top_k > 0)");
+    if (!compressed() && momentum != 0.0f) {
+      throw Error("ps::Worker: momentum correction is for compressed pushes (top-k or scaled sign)");
     }
     if (!(momentum >= 0.0f && momentum < 1.0f)) {
       throw Error(fmt::format("ps::Worker: the corrected momentum must be in [0, 1), got {}", momentum));
@@ -365,36 +365,40 @@ class Worker {
       }
     }
   }
-  // Scaled sign: a scale per piece and its words of signs, side by side for every piece, and each
-  // piece's message, [count,] scale, words, over them.
+  // Scaled sign: every piece's scales and words of signs, side by side for every piece, and each
+  // piece's message, [count,] scales, words, over them.
   void prepare_sign() {
     if (push_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Worker: scaled-sign pushes send bits and an fp32 scale; the push wire is {}",
+      throw Error(fmt::format("ps::Worker: scaled-sign pushes send bits and fp32 scales; the push wire is {}",
                               wire_name(push_wire_)));
     }
-    std::size_t pieces = 0, words = 0;
+    std::size_t scales = 0, words = 0;
     for (int s = 0; s < layout_.servers(); ++s) {
-      for (std::size_t k = 0; k < layout_.pieces(s); ++k) words += sign_words(layout_.piece(s, k).size());
-      pieces += layout_.pieces(s);
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
+        scales += sign_scales(layout_.piece(s, k).size());
+        words += sign_words(layout_.piece(s, k).size());
+      }
     }
     residual_.assign(layout_.parameters(), 0.0f);
-    sign_scales_.assign(pieces, 0.0f);
+    sign_scales_.assign(scales, 0.0f);
     sign_words_.assign(words, 0);
     sign_slot_.resize(static_cast<std::size_t>(layout_.servers()));
     compressed_push_.resize(sign_slot_.size());
-    std::size_t piece = 0, at = 0;
+    std::size_t scale_at = 0, word_at = 0;
     for (int s = 0; s < layout_.servers(); ++s) {
       const auto server = static_cast<std::size_t>(s);
-      for (std::size_t k = 0; k < layout_.pieces(s); ++k, ++piece) {
-        const std::size_t n = sign_words(layout_.piece(s, k).size());
-        sign_slot_[server].push_back({piece, at});
+      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
+        const std::size_t m = sign_scales(layout_.piece(s, k).size()), n = sign_words(layout_.piece(s, k).size());
+        sign_slot_[server].push_back({scale_at, word_at});
         if (k == 0) {
           compressed_push_[server].emplace_back(
-              comm::Segments{{&count_slot_, 1}, {&sign_scales_[piece], 1}, {sign_words_.data() + at, n}});
+              comm::Segments{{&count_slot_, 1}, {sign_scales_.data() + scale_at, m}, {sign_words_.data() + word_at, n}});
         } else {
-          compressed_push_[server].emplace_back(comm::Segments{{&sign_scales_[piece], 1}, {sign_words_.data() + at, n}});
+          compressed_push_[server].emplace_back(
+              comm::Segments{{sign_scales_.data() + scale_at, m}, {sign_words_.data() + word_at, n}});
         }
-        at += n;
+        scale_at += m;
+        word_at += n;
       }
     }
   }
@@ -463,7 +467,7 @@ class Worker {
       }
       if (sign_) {
         const SignSlot slot = sign_slot_[server][k];
-        compress_sign(gradient, residual_.data() + p.begin, p.size(), &sign_scales_[slot.scale],
+        compress_sign(gradient, residual_.data() + p.begin, p.size(), sign_scales_.data() + slot.scales,
                       sign_words_.data() + slot.words);
       } else {
         const std::size_t at = sparse_offset_[server][k];
@@ -581,10 +585,10 @@ class Worker {
   std::vector<float> velocity_;  // with momentum correction, else empty
   std::vector<std::vector<std::size_t>> sparse_offset_, sparse_count_;
   bool sign_ = false;  // scaled-sign pushes
-  // Scaled-sign pushes (prepare_sign): every piece's scale and words of signs; by server and
-  // piece, where they are.
+  // Scaled-sign pushes (prepare_sign): every piece's scales and words of signs; by server and
+  // piece, where they start.
   struct SignSlot {
-    std::size_t scale, words;
+    std::size_t scales, words;
   };
   std::vector<float> sign_scales_;
   std::vector<std::uint32_t> sign_words_;
