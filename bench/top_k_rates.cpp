@@ -8,6 +8,9 @@
 //           worker's pairs, scatter_add), against densifying each worker's pairs into a slice of
 //           its own and summing the W slices, and against the sum of W dense fp32 slices that dense
 //           pushes need.
+// And what scaled-sign pushes (ps/sign_push.hpp) cost: compress_sign on the worker against the
+// bf16 encoding, and the server's sum of W workers' signs (add_signs into a zeroed piece) against
+// the dense fp32 sum.
 // Kernels interleaved within every repeat, the order rotated; median and range over --repeats,
 // and per repeat the ratios the claims are about. Table on stderr, JSON on stdout or --out.
 //
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include <hpcps/metrics/json.hpp>
+#include <hpcps/ps/sign_push.hpp>
 #include <hpcps/ps/top_k.hpp>
 #include <hpcps/ps/wire_format.hpp>
 
@@ -120,6 +124,16 @@ int run(const Options& o) {
     }
   }
 
+  // Each worker's scaled signs, drawn from its own gradient.
+  const std::size_t scales_n = hpcps::ps::sign_scales(n), words_n = hpcps::ps::sign_words(n);
+  std::vector<float> sign_scales(w * scales_n), sent_scales(scales_n);
+  std::vector<std::uint32_t> sign_words(w * words_n), sent_words(words_n);
+  for (std::size_t v = 0; v < w; ++v) {
+    std::vector<float> held(n, 0.0f);
+    hpcps::ps::compress_sign(dense.data() + v * n, held.data(), n, sign_scales.data() + v * scales_n,
+                             sign_words.data() + v * words_n);
+  }
+
   std::vector<Kernel> kernels;
   const auto add = [&kernels](std::string name, std::string side, double ratio, std::function<void()> call) {
     Kernel k;
@@ -142,6 +156,19 @@ int run(const Options& o) {
                        for (std::size_t v = 1; v < w; ++v) {
                          const float* s = dense.data() + v * n;
                          for (std::size_t i = 0; i < n; ++i) sum[i] += s[i];
+                       }
+                       clobber(sum.data());
+                     });
+  add("sign compress", "worker", 0.0, [&] {
+                       hpcps::ps::compress_sign(gradient.data(), residual.data(), n, sent_scales.data(), sent_words.data());
+                       clobber(residual.data());
+                       clobber(sent_words.data());
+                     });
+  add("sign sum", "server", 0.0, [&] {
+                       std::fill(sum.begin(), sum.end(), 0.0f);
+                       for (std::size_t v = 0; v < w; ++v) {
+                         hpcps::ps::add_signs(sign_scales.data() + v * scales_n, sign_words.data() + v * words_n, n,
+                                              sum.data());
                        }
                        clobber(sum.data());
                      });
@@ -221,7 +248,11 @@ int run(const Options& o) {
     const auto t = hpcps_bench::summarize(k.seconds);
     const std::size_t pairs = k.ratio > 0.0 ? hpcps::ps::top_k_count(k.ratio, n) : n;
     // Bytes a push of this piece puts on the wire (the leading count aside).
-    const std::size_t wire_bytes = k.name == "bf16 encode" ? 2 * n : k.ratio > 0.0 ? 8 * pairs : 4 * n;
+    const bool sign = k.name.rfind("sign", 0) == 0;
+    const std::size_t wire_bytes = k.name == "bf16 encode" ? 2 * n
+                                   : sign                  ? 4 * (scales_n + words_n)
+                                   : k.ratio > 0.0         ? 8 * pairs
+                                                           : 4 * n;
     json.begin_object().field("name", k.name).field("side", k.side).field("ratio", k.ratio).field("pairs", pairs);
     json.field("wire_bytes_per_push", wire_bytes).field("calls_per_sample", k.calls);
     json.field("seconds_median", t.median).field("seconds_min", t.low).field("seconds_max", t.high);
@@ -229,7 +260,7 @@ int run(const Options& o) {
     for (double s : k.seconds) json.value(s);
     json.end_array();
     std::string against;
-    if (k.name == "top-k compress" || k.name == "sparse sum" || k.name == "densify then sum") {
+    if (k.name == "top-k compress" || k.name == "sparse sum" || k.name == "densify then sum" || sign) {
       const Kernel& ref = k.side == "worker" ? bf16 : dense_sum;
       const auto p = paired(k, ref);
       json.field("reference", ref.name).field("over_reference_median", p.median).field("over_reference_min", p.low)

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -66,11 +67,15 @@ TEST_CASE("a scaled sign sends each block's mean magnitude with each sign and ke
     residual[0] = 0.0f;  // x = -0 + 0 = +0 (IEEE): a zero sends +scale
     if (n > 2) residual[2] = -gradient[2] - 0.0f;
     std::vector<float> x(n);
-    std::vector<double> magnitude(hpcps::ps::sign_scales(n), 0.0);
+    // Each block's magnitudes summed in double in the documented order: eight lanes (element i of
+    // the block in lane i % 8), then pairwise.
+    std::vector<std::array<double, 8>> lanes(hpcps::ps::sign_scales(n), std::array<double, 8>{});
     for (std::size_t i = 0; i < n; ++i) {
       x[i] = gradient[i] + residual[i];
-      magnitude[i / sign_block] += std::fabs(static_cast<double>(x[i]));
+      lanes[i / sign_block][i % sign_block % 8] += std::fabs(static_cast<double>(x[i]));
     }
+    std::vector<double> magnitude;
+    for (const auto& l : lanes) magnitude.push_back(((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
     std::vector<std::uint32_t> words(hpcps::ps::sign_words(n), 0xFFFFFFFFu);
     std::vector<float> scales(hpcps::ps::sign_scales(n) + 1, -1.0f);  // one past the end: must stay untouched
     hpcps::ps::compress_sign(gradient.data(), residual.data(), n, scales.data(), words.data());
