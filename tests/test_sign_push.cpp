@@ -4,7 +4,8 @@
 // itself, so such a run is the dense run bit for bit; with larger pieces what the servers applied
 // plus what the workers hold back is what a dense run applied, up to the rounding of the
 // residual's subtractions, in every strategy; with momentum correction and one-element pieces it
-// is momentum SGD on the server; the compositions it cannot serve are refused.
+// is momentum SGD on the server (checks shared with top-k: error_feedback.hpp); the compositions
+// it cannot serve are refused.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -29,23 +30,11 @@ namespace {
 using hpcps_test::Accumulate;
 using hpcps_test::FixedGradient;
 using hpcps_test::summed_over_ranks;
-using hpcps_test::synthetic;
 
 template <class Sync, class Optimizer, class Network>
 hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, bool sign,
-                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer,
-                          float momentum_correction = 0.0f) {
-  using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, Optimizer>;
-  const auto world = hpcps::comm::Communicator::world();
-  typename Server::Options options;
-  options.servers = servers;
-  options.max_batch = b;
-  options.seed = 5;
-  options.piece_floats = piece_floats;
-  options.sign_push = sign;
-  options.top_k_momentum = momentum_correction;
-  Server ps(world, net, hpcps::backend::Cpu(1), options, Sync{}, optimizer);
-  return hpcps_test::train_clocks(ps, data, b, steps);
+                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer) {
+  return hpcps_test::train_compressed<Sync>(net, data, servers, {0.0, sign, 0.0f}, piece_floats, b, steps, optimizer);
 }
 
 }  // namespace
@@ -116,47 +105,15 @@ TEST_CASE("scaled-sign pushes of one element a piece train to the dense run's pa
           "[sign][mpi]") {
   // A piece of one element: the scale is its magnitude, so the element travels exactly and the
   // residual stays zero; a difference anywhere in the path (counts, scales, order) shows here.
-  const auto world = hpcps::comm::Communicator::world();
   using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
-  const Net net({8, 6, 3});
-  const std::size_t b = 4, steps = 5;
-  for (int servers = 0; servers < world.size(); ++servers) {
-    const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
-    const auto data = synthetic(steps * b * workers, net.input_size(), net.output_size(), 79);
-    using Sync = hpcps::sync::Synchronous;
-    const hpcps::optim::MomentumSgd rule(0.1f);
-    const auto dense = train<Sync>(net, data, servers, false, 1, b, steps, rule);
-    const auto sign = train<Sync>(net, data, servers, true, 1, b, steps, rule);
-    INFO("servers " << servers);
-    CHECK(sign.worker == dense.worker);
-    CHECK(sign.master == dense.master);
-    if (!sign.residual.empty()) CHECK(sign.residual == std::vector<float>(net.parameter_count(), 0.0f));
-  }
+  hpcps_test::check_whole_is_dense(Net({8, 6, 3}), {0.0, true, 0.0f}, 1, 79);
 }
 
 TEST_CASE("scaled-sign pushes with momentum correction of one-element pieces are momentum SGD on the server",
           "[sign][mpi]") {
-  // A piece of one element sends u_w = m u_w + g_w exactly, the server applies plain SGD to the
-  // sum; momentum SGD on the server keeps v = m v + sum_w g_w. The same, summed in another order.
-  const auto world = hpcps::comm::Communicator::world();
+  // A piece of one element sends its velocity exactly: the scale is its magnitude.
   using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
-  const Net net({8, 6, 3});
-  const std::size_t b = 4, steps = 6;
-  for (int servers = 0; servers < world.size(); ++servers) {
-    const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
-    const auto data = synthetic(steps * b * workers, net.input_size(), net.output_size(), 81);
-    using Sync = hpcps::sync::Synchronous;
-    const hpcps::optim::StandardSgd plain(0.1f);
-    const auto momentum = train<Sync>(net, data, servers, false, 1, b, steps, hpcps::optim::MomentumSgd(0.1f));
-    const auto corrected = train<Sync>(net, data, servers, true, 1, b, steps, plain, 0.9f);
-    const auto uncorrected = train<Sync>(net, data, servers, true, 1, b, steps, plain);
-    INFO("servers " << servers);
-    if (!corrected.master.empty()) {
-      CHECK(hpcps_test::difference_over_largest(corrected.master, momentum.master) < 1e-5);
-      CHECK(hpcps_test::difference_over_largest(uncorrected.master, momentum.master) > 1e-3);  // plain SGD
-    }
-    if (!corrected.worker.empty()) CHECK(hpcps_test::difference_over_largest(corrected.worker, momentum.worker) < 1e-5);
-  }
+  hpcps_test::check_correction_is_server_momentum(Net({8, 6, 3}), {0.0, true, 0.0f}, 1, 81);
 }
 
 // What the servers applied plus what the workers hold back, against a dense run, in strategy

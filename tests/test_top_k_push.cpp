@@ -26,67 +26,23 @@ using hpcps_test::synthetic;
 
 template <class Sync, class Optimizer, class Network>
 hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, double top_k,
-                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer,
-                          float top_k_momentum = 0.0f) {
-  using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, Optimizer>;
-  const auto world = hpcps::comm::Communicator::world();
-  typename Server::Options options;
-  options.servers = servers;
-  options.max_batch = b;
-  options.seed = 5;
-  options.piece_floats = piece_floats;
-  options.top_k = top_k;
-  options.top_k_momentum = top_k_momentum;
-  Server ps(world, net, hpcps::backend::Cpu(1), options, {}, optimizer);
-  return hpcps_test::train_clocks(ps, data, b, steps);
+                          std::size_t piece_floats, std::size_t b, std::size_t steps, Optimizer optimizer) {
+  return hpcps_test::train_compressed<Sync>(net, data, servers, {top_k, false, 0.0f}, piece_floats, b, steps, optimizer);
 }
 
 }  // namespace
 
 TEST_CASE("top-k of every element trains to the dense run's parameters bit for bit", "[top_k][mpi]") {
-  const auto world = hpcps::comm::Communicator::world();
   using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
-  const Net net({12, 10, 7, 3});
-  const std::size_t b = 4, steps = 6;
   for (const std::size_t piece : {hpcps::ps::Layout::default_piece_floats, std::size_t{7}}) {
-    for (int servers = 0; servers < world.size(); ++servers) {
-      const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
-      const auto data = synthetic(steps * b * workers, net.input_size(), net.output_size(), 77);
-      using Sync = hpcps::sync::Synchronous;
-      const hpcps::optim::MomentumSgd rule(0.1f);
-      const auto dense = train<Sync>(net, data, servers, 0.0, piece, b, steps, rule);
-      const auto all = train<Sync>(net, data, servers, 1.0, piece, b, steps, rule);
-      INFO("servers " << servers << ", pieces of " << piece);
-      CHECK(all.worker == dense.worker);
-      CHECK(all.master == dense.master);
-      if (!all.residual.empty()) CHECK(all.residual == std::vector<float>(net.parameter_count(), 0.0f));
-    }
+    hpcps_test::check_whole_is_dense(Net({12, 10, 7, 3}), {1.0, false, 0.0f}, piece, 77);
   }
 }
 
 TEST_CASE("momentum correction with every element sent is momentum SGD on the server, up to the order of sums",
           "[top_k][mpi]") {
-  // Worker w sends u_w = m u_w + g_w and the server applies plain SGD to the sum; momentum SGD on
-  // the server keeps v = m v + sum_w g_w. The same, but summed in another order: equal to 1e-5.
-  const auto world = hpcps::comm::Communicator::world();
   using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
-  const Net net({12, 10, 7, 3});
-  const std::size_t b = 4, steps = 6;
-  for (int servers = 0; servers < world.size(); ++servers) {
-    const auto workers = static_cast<std::size_t>(servers == 0 ? world.size() : world.size() - servers);
-    const auto data = synthetic(steps * b * workers, net.input_size(), net.output_size(), 78);
-    using Sync = hpcps::sync::Synchronous;
-    const hpcps::optim::StandardSgd plain(0.1f);
-    const auto momentum = train<Sync>(net, data, servers, 0.0, 7, b, steps, hpcps::optim::MomentumSgd(0.1f));
-    const auto corrected = train<Sync>(net, data, servers, 1.0, 7, b, steps, plain, 0.9f);
-    const auto uncorrected = train<Sync>(net, data, servers, 1.0, 7, b, steps, plain);
-    INFO("servers " << servers);
-    if (!corrected.master.empty()) {
-      CHECK(hpcps_test::difference_over_largest(corrected.master, momentum.master) < 1e-5);
-      CHECK(hpcps_test::difference_over_largest(uncorrected.master, momentum.master) > 1e-3);  // plain SGD
-    }
-    if (!corrected.worker.empty()) CHECK(hpcps_test::difference_over_largest(corrected.worker, momentum.worker) < 1e-5);
-  }
+  hpcps_test::check_correction_is_server_momentum(Net({12, 10, 7, 3}), {1.0, false, 0.0f}, 7, 78);
 }
 
 TEST_CASE("top-k loses nothing: applied plus held back is what a dense run applied, exactly", "[top_k][mpi]") {
