@@ -509,9 +509,12 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                describe_layout(ps.layout(), !cfg.servers), cfg.batch, cfg.threads, Sync::name,
                cfg.sync == "ssp" ? fmt::format(" (staleness {})", cfg.staleness) : std::string(), cfg.optimizer,
                *cfg.lr, cfg.schedule, Backend::name, cfg.wire,
-               cfg.top_k > 0.0 ? fmt::format(" top-{}{}", cfg.top_k,
-                                             cfg.top_k_momentum > 0.0f ? fmt::format(" (momentum correction {})", cfg.top_k_momentum) : std::string())
-                               : cfg.sign_push ? std::string(" scaled-sign") : std::string(),
+               fmt::format("{}{}",
+                           cfg.top_k > 0.0 ? fmt::format(" top-{}", cfg.top_k)
+                           : cfg.sign_push ? std::string(" scaled-sign")
+                                           : std::string(),
+                           cfg.top_k_momentum > 0.0f ? fmt::format(" (momentum correction {})", cfg.top_k_momentum)
+                                                     : std::string()),
                cfg.pull_wire,
                describe_transport(ps));
     if (cfg.slow_worker >= 0) {
