@@ -98,6 +98,8 @@ class ParameterServer {
     // (0, 1): each worker keeps the velocity u <- m u + g and sends it through error feedback, so an
     // element's momentum is not lost while it waits; pair it with a server rule without momentum
     // (optim::StandardSgd). 0: off. Not in checkpoints yet (ps::train refuses the two together).
+    // With scaled signs it needs a small learning rate: the MLP example collapsed at 0.1 and
+    // trained at 0.02 (docs/performance.md#scaled-sign-pushes).
     float top_k_momentum = 0.0f;
     // Scaled-sign pushes with error feedback (ps/sign_push.hpp): a push sends one bit per element,
     // the sign of gradient plus residual, and one fp32 scale per ps::sign_block (1024) elements,
