@@ -7,8 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -183,5 +185,47 @@ TEST_CASE("a worker paused for longer than a clock loses samples only when the p
         CHECK(difference_over_largest(balanced, fixed) < 1e-5);
       }
     }
+  }
+}
+
+TEST_CASE("a worker's part is timed from the clock's release to its push's arrival, so a delay outside its compute counts",
+          "[balance][mpi]") {
+  // The last worker stops for 20 ms after every even clock, between its pull and its next
+  // gradient, as a process stopped from outside would: its own compute time does not hold the
+  // stop, the time server 0 sees its next part take must (it cannot push before it resumes). Its
+  // counted seconds stay fake, so the split stays static. Only lower bounds are checked: load can
+  // lengthen what is measured, never shorten it.
+  const auto world = hpcps::comm::Communicator::world();
+  static constexpr double stop = 0.02;
+  for (const int servers : layouts(world.size())) {
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
+    INFO(workers << " workers, " << servers << " servers");
+    static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
+    hpcps::ps::TrainOptions t;
+    t.epochs = 1;
+    t.batch = 24;
+    t.evaluate = false;
+    t.balance = hpcps::ps::Balance::speed;
+    std::vector<double> measured;
+    t.balance_seconds = [&measured, workers](int w, std::size_t clock, std::size_t samples, double seconds) {
+      if (w == workers - 1) {
+        measured.push_back(seconds);
+        if (clock % 2 == 0) std::this_thread::sleep_for(std::chrono::duration<double>(stop));
+      }
+      return std::ldexp(static_cast<double>(samples), -10);
+    };
+    Ps::Options o;
+    o.servers = servers;
+    o.max_batch = t.batch;
+    Ps ps(world, Net({64, 32, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::MomentumSgd(0.05f));
+    const auto report = hpcps::ps::train(ps, data, nullptr, t);
+    if (!ps.is_worker() || ps.worker_index() != workers - 1) continue;
+    REQUIRE(measured.size() == 13);  // 301 samples in batches of 24
+    for (std::size_t c = 0; c < measured.size(); ++c) {
+      CAPTURE(c, measured[c]);
+      CHECK(measured[c] > 0.0);                         // a push comes after its clock's release
+      if (c % 2 == 1) CHECK(measured[c] >= stop);        // after a stop that fell outside the compute
+    }
+    if (world.rank() == 0) CHECK(report.splits.size() == 1);  // equal counted speeds: the static split
   }
 }

@@ -5,10 +5,12 @@
 // samples of a clock are a contiguous range of the epoch's one order (ps/training.hpp), so any
 // split uses every sample of an epoch exactly once.
 //
-// Every worker, after each clock, contributes its compute seconds and samples to a nonblocking
+// Every worker, after each clock, contributes its part's seconds and samples to a nonblocking
 // allreduce among the workers that it completes one clock later (bulk-synchronous workers are in
 // lock step anyway): no round trip of its own, and every worker computes the same split from the
-// same numbers.
+// same numbers. ps::train counts as a part's seconds the time server 0 saw it take, from the
+// release of the clock before to the arrival of the push (ps::Server::time_responses): a worker's
+// own compute time misses a pause that falls in its push, or while its reply waits for it.
 //
 // A worker's speed is the median of its per-clock speeds (samples over seconds) over its last
 // `window` clocks, not a mean: a clock ends when its slowest part does, so a delay that does not
@@ -170,8 +172,8 @@ class SpeedBalancer {
     return range_of(short_split_, w);
   }
 
-  // Every worker after each clock, `done` clocks completed since training began: its compute
-  // seconds and samples for that clock. Completes the previous clock's exchange and may change the
+  // Every worker after each clock, `done` clocks completed since training began: the seconds its
+  // part took and its samples for that clock. Completes the previous clock's exchange and may change the
   // split from clock `done` (counted from 0) on.
   void after_clock(std::uint64_t done, double seconds, std::size_t samples) {
     if (active_) {

@@ -30,6 +30,9 @@ inline constexpr int push_clock = 13;
 // server 0 -> worker, with every reply where the workers draw their work: the worker's next ticket
 // (part t % W of global clock t / W), one std::uint64_t.
 inline constexpr int ticket = 14;
+// server 0 -> worker, with every reply of a balanced synchronous run (ps::Server::time_responses):
+// the seconds from the previous clock's release until that worker's push came in, one double.
+inline constexpr int response = 15;
 // worker -> server: piece k of a push ([sample count, piece 0], then pieces 1, 2, ...) has tag
 // push + k, so each piece finds its receive whatever order the pieces leave in (a worker that
 // overlaps its push with backpropagation sends the last pieces first).

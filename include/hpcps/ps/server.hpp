@@ -33,6 +33,7 @@
 // after the server has read the gradient, and it reads parameters only between the server's
 // notification and its own next push, before which the server does not update them.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -212,6 +213,23 @@ class Server {
     fresh_.assign(workers, 0);
   }
 
+  // Server 0 of a balanced synchronous run (ps::train with Balance::speed): with every clock's
+  // reply it tells each worker how long that worker's push took to come in, in seconds of this
+  // server's clock, from the release of the previous clock's replies to the arrival of the push's
+  // count (tags::response, one double; 0 with the initial parameters). A worker's own compute time
+  // misses a pause that falls in its push or while its reply waits for it (a process stopped from
+  // outside, a preempting job); this time holds it wherever it falls, as the clock sees it.
+  // Before start_aggregating().
+  void time_responses() {
+    static_assert(Sync::aggregates, "ps::Server: response times are of a clock's pushes; serve clock by clock");
+    if (index_ != 0) throw Error(fmt::format("ps::Server: server {} cannot time the responses; server 0 does", index_));
+    times_responses_ = true;
+    arrivals_.assign(active_.size(), 0.0);
+    responses_out_.assign(active_.size(), 0.0);
+    arrival_order_.reserve(active_.size());
+    response_sends_.reserve(active_.size());
+  }
+
   // A colocated rank's own worker, whose messages to this server would only be copies within the
   // process: the server reads its sample count and gradient where the worker wrote them, and
   // keeps the shard's parameters inside the worker's parameter vector, so the worker computes
@@ -269,6 +287,13 @@ class Server {
         if (k < window()) piece_receives_[k].add(listen(w, k));
       }
     }
+    if (times_responses_) {
+      std::fill(arrivals_.begin(), arrivals_.end(), 0.0);
+      const double now = seconds_now();
+      released_ = 0.0;
+      send_responses();  // nothing timed yet: 0
+      released_ = now;
+    }
   }
 
   bool serve_clock() {
@@ -277,6 +302,7 @@ class Server {
     clock.start();
     std::copy(active_.begin(), active_.end(), sending_.begin());  // every one of them sends every piece
     // Piece 0 carries every worker's sample count or stop marker: it decides the clock.
+    if (times_responses_) note_arrivals();
     piece_receives_[0].wait_all();
     clock.charge(stats_.wait);
     double total = 0.0;
@@ -328,6 +354,15 @@ class Server {
       clock.charge(stats_.update);
     }
     if (!contributors_.empty()) ++stats_.updates;
+    if (times_responses_) {
+      response_sends_.wait_all();  // the previous clock's, long delivered
+      response_sends_.clear();
+      if (remaining_ > 0) {
+        const double now = seconds_now();  // before the sends: no worker can have its reply earlier
+        send_responses();
+        released_ = now;
+      }
+    }
     return remaining_ > 0;
   }
 
@@ -350,6 +385,31 @@ class Server {
     const std::size_t k = next_clock ? j - pieces : j;
     for (std::size_t w = 0; w < active_.size(); ++w) {
       if (w != local_ && (next_clock ? active_[w] : sending_[w])) piece_receives_[k].add(listen(w, k));
+    }
+  }
+
+  static double seconds_now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  // Times each worker's push count as it lands: the local worker pushed before this clock began,
+  // the others' piece-0 receives were posted in worker order for the workers active then.
+  void note_arrivals() {
+    const double now = seconds_now();
+    arrival_order_.clear();
+    for (std::size_t w = 0; w < active_.size(); ++w) {
+      if (!active_[w]) continue;
+      if (w == local_) arrivals_[w] = now;
+      else arrival_order_.push_back(w);
+    }
+    for (int i = piece_receives_[0].wait_any(); i >= 0; i = piece_receives_[0].wait_any()) {
+      arrivals_[arrival_order_[static_cast<std::size_t>(i)]] = seconds_now();
+    }
+  }
+  void send_responses() {
+    for (std::size_t w = 0; w < active_.size(); ++w) {
+      if (!active_[w]) continue;
+      responses_out_[w] = released_ > 0.0 ? arrivals_[w] - released_ : 0.0;
+      response_sends_.add(world_.isend(&responses_out_[w], 1, layout_.worker_rank(static_cast<int>(w)), tags::response));
     }
   }
 
@@ -761,6 +821,14 @@ class Server {
   std::vector<std::uint64_t> tickets_out_;     // by worker: the ticket in flight to it
   std::size_t backups_ = 0;                    // synchronous serving with backup workers
   std::vector<char> fresh_;                    // with backups, by worker: 1 counted for this clock, 2 early
+  // Server 0 timing the responses (time_responses): by worker, its push count's arrival this clock
+  // and the seconds in flight to it; the workers whose piece-0 receives are posted, in order; the
+  // previous clock's release, in seconds of steady_clock (0: none yet).
+  bool times_responses_ = false;
+  std::vector<double> arrivals_, responses_out_;
+  std::vector<std::size_t> arrival_order_;
+  comm::RequestSet response_sends_;
+  double released_ = 0.0;
   ServerStats stats_;
 };
 

@@ -55,8 +55,9 @@ struct TrainOptions {
   // Called on worker w after the gradient of each clock with (w, clock, seconds it took); its
   // time counts as compute. Straggler studies and tests slow workers down with it.
   std::function<void(int, std::size_t, double)> after_compute;
-  // The seconds Balance::speed counts for worker w's gradient of a clock, called with (w, global
-  // clock from 0, samples, measured seconds) on worker w; unset: the measured ones. A fake clock
+  // The seconds Balance::speed counts for worker w's part of a clock, called with (w, global
+  // clock from 0, samples, measured seconds: from server 0's release of the clock before to the
+  // arrival of w's push there) on worker w; unset: the measured ones. A fake clock
   // for tests and simulations: the split then follows counted time, not the machine's load. Each
   // worker's count reaches the others through the balancer's exchange, so every worker still
   // splits alike. Only the synchronous split reads it: drawing workers time nothing.
@@ -336,6 +337,14 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                     start);
   }
   bool stopped = false;
+  // A balanced synchronous split learns each worker's speed from the time server 0 saw its part
+  // take (ps::Server::time_responses), so a pause outside its compute counts too.
+  if (options.balance == Balance::speed && !drawing) {
+    if constexpr (Server::sync_type::aggregates) {
+      if (ps.is_server() && layout.server_index(world.rank()) == 0) ps.server().time_responses();
+    }
+    if (ps.is_worker()) ps.worker().receive_response_times();
+  }
 
   if (ps.is_worker()) {
     auto& worker = ps.worker();
@@ -515,7 +524,6 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
         const std::size_t in_clock = sharded ? (c + 1 < clocks ? options.batch : train_set.count - c * options.batch)
                                              : batcher.batch_count(c);
         const data::Range mine = balancer ? balancer->part(in_clock, w) : worker_part(in_clock, w, workers);
-        const double computed_before = worker.times().compute;
         if (mine.size() > 0) {
           const data::BatchView b = sharded ? batcher.batch(c) : batcher.part(c, mine);
           nn::set_sample_position(worker.network(), worker.workspace(), {epoch * clocks + c, mine.begin});
@@ -524,7 +532,7 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
           worker.step(nullptr, nullptr, 0);
         }
         if (balancer) {
-          const double measured = worker.times().compute - computed_before;
+          const double measured = worker.response_seconds();
           balancer->after_clock(epoch * clocks + c + 1,
                                 options.balance_seconds ? options.balance_seconds(w, epoch * clocks + c, mine.size(), measured)
                                                         : measured,

@@ -270,6 +270,12 @@ class Worker {
   void receive_tickets() { receives_tickets_ = true; }
   std::uint64_t ticket() const { return ticket_; }
 
+  // From now on every pull also brings, from server 0 (ps::Server::time_responses), the seconds
+  // this worker's latest push took to come in there after the clock before it was released: its
+  // part of the clock as the clock sees it, pauses included. Before start().
+  void receive_response_times() { receives_responses_ = true; }
+  double response_seconds() const { return response_seconds_; }
+
   // Called after each clock's gradient with (clock, seconds it took), before the push: the hook a
   // straggler study or a test uses to slow this worker down. Its time counts as compute.
   void set_after_compute(std::function<void(std::size_t, double)> hook) { after_compute_ = std::move(hook); }
@@ -509,6 +515,9 @@ class Worker {
       }
     }
     if (receives_tickets_) ticket_request_ = world_.irecv(&ticket_, 1, layout_.server_rank(0), tags::ticket);
+    if (receives_responses_) {
+      response_request_ = world_.irecv(&response_seconds_, 1, layout_.server_rank(0), tags::response);
+    }
     for (const auto& [s, k] : pull_order_) {
       const data::Range p = layout_.piece(s, k);
       const int rank = layout_.server_rank(s);
@@ -546,6 +555,7 @@ class Worker {
     }
     receives_.clear();
     if (receives_tickets_) ticket_request_.wait();
+    if (receives_responses_) response_request_.wait();
   }
 
   const comm::Communicator& world_;
@@ -563,6 +573,9 @@ class Worker {
   std::uint64_t push_clock_ = 0, ticket_ = 0;
   bool sends_push_clock_ = false, receives_tickets_ = false;
   comm::Request ticket_request_;
+  bool receives_responses_ = false;
+  double response_seconds_ = 0.0;
+  comm::Request response_request_;
   // Piece 0 of each server's push: [count, piece 0 in the wire format], or the count alone.
   std::vector<comm::Segments> first_push_, count_only_push_;
   struct PieceId {
