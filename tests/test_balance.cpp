@@ -229,3 +229,48 @@ TEST_CASE("a worker's part is timed from the clock's release to its push's arriv
     if (world.rank() == 0) CHECK(report.splits.size() == 1);  // equal counted speeds: the static split
   }
 }
+
+TEST_CASE("a new split that does not shorten the clocks is taken back", "[balance][mpi]") {
+  // The last worker is counted a whole second every clock, whatever its part (as a worker stopped
+  // for longer than any clock, or a colocated rank whose shard every clock waits for): its speed
+  // says it should have fewer samples, so the split moves, but the clock stays a second. After
+  // the trial of 20 full clocks the static split comes back, and stays for the hold that follows.
+  const auto world = hpcps::comm::Communicator::world();
+  if (world.size() < 2) {
+    WARN("needs two workers");
+    return;
+  }
+  for (const int servers : layouts(world.size())) {
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
+    INFO(workers << " workers, " << servers << " servers");
+    static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
+    std::vector<float> fixed, balanced;
+    std::vector<hpcps::ps::TrainingReport> reports;
+    for (const auto balance : {hpcps::ps::Balance::none, hpcps::ps::Balance::speed}) {
+      hpcps::ps::TrainOptions t;
+      t.epochs = 2;
+      t.batch = 24;
+      t.seed = 4;
+      t.evaluate = false;
+      t.balance = balance;
+      t.balance_seconds = [workers](int w, std::size_t, std::size_t samples, double) {
+        return w == workers - 1 ? 1.0 : std::ldexp(static_cast<double>(samples), -10);
+      };
+      Ps::Options o;
+      o.servers = servers;
+      o.max_batch = t.batch;
+      Ps ps(world, Net({64, 384, 384, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::MomentumSgd(0.05f));
+      reports.push_back(hpcps::ps::train(ps, data, nullptr, t));
+      if (ps.is_worker()) (balance == hpcps::ps::Balance::none ? fixed : balanced) = ps.worker().parameters();
+    }
+    if (world.rank() != 0) continue;
+    const auto& splits = reports.back().splits;
+    REQUIRE(splits.size() == 3);
+    CHECK(splits[1].clock == 2);  // as soon as the first clock's speeds were in
+    CHECK(splits[1].split.back() < splits[0].split.back());
+    CHECK(splits[2].clock == 24);  // 20 full clocks later (clock 12 is an epoch's short last one)
+    CHECK(splits[2].split == splits[0].split);
+    for (const auto& e : reports.back().epochs) CHECK(e.samples == 301);
+    CHECK(difference_over_largest(balanced, fixed) < 1e-5);
+  }
+}
