@@ -58,10 +58,11 @@ namespace {
 // outside during that clock's gradient.
 hpcps::ps::TrainingReport train(const hpcps::comm::Communicator& world, int servers, hpcps::ps::Balance balance,
                                 double slow, std::vector<float>& parameters, std::size_t pause_period = 0,
-                                std::vector<std::size_t> paused_clocks = {}, double pause_seconds = 0.0) {
+                                std::vector<std::size_t> paused_clocks = {}, double pause_seconds = 0.0,
+                                std::size_t epochs = 2) {
   static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
   hpcps::ps::TrainOptions t;
-  t.epochs = 2;
+  t.epochs = epochs;
   t.batch = 24;
   t.seed = 4;
   t.evaluate = false;
@@ -115,8 +116,8 @@ TEST_CASE("a slowed worker gets a smaller part, every sample is still used once,
     CHECK(last.back() >= 1);
     CHECK(last.back() < first.back());  // the slow worker's part shrank
     // Once, to the split of the counted speeds, 5:1 (24 samples: 12/12 became 19/5, 8/8/8
-    // 11/10/3, each part at least one sample first), as soon as the first clock's speeds were in;
-    // the same speeds every clock never move it again.
+    // 11/10/3, each part at least one sample first), after a window of 20 full clocks to compare
+    // the new split's clocks with; the same speeds every clock never move it again.
     std::vector<double> speeds(static_cast<std::size_t>(workers), 5.0);
     speeds.back() = 1.0;
     CHECK(last == proportional_split(24, speeds, 1, 24));
@@ -173,8 +174,12 @@ TEST_CASE("a worker paused for longer than a clock loses samples only when the p
     }
     {
       INFO("paused in 3 of every 4 clocks");
-      train(world, servers, hpcps::ps::Balance::none, 1.0, fixed, 4, {0, 1, 2}, 16 * part_seconds);
-      const auto report = train(world, servers, hpcps::ps::Balance::speed, 1.0, balanced, 4, {0, 1, 2}, 16 * part_seconds);
+      // 6 epochs: the part falls in two steps (22/2, then 23/1 of 24 with 2 workers: the floor
+      // first, then a share of the rest), each after a window of 20 full clocks, the second
+      // after the first one's trial.
+      train(world, servers, hpcps::ps::Balance::none, 1.0, fixed, 4, {0, 1, 2}, 16 * part_seconds, 6);
+      const auto report =
+          train(world, servers, hpcps::ps::Balance::speed, 1.0, balanced, 4, {0, 1, 2}, 16 * part_seconds, 6);
       if (world.rank() == 0) {
         REQUIRE(report.splits.size() >= 2);
         const auto& last = report.splits.back().split;
@@ -234,7 +239,8 @@ TEST_CASE("a new split that does not shorten the clocks is taken back", "[balanc
   // The last worker is counted a whole second every clock, whatever its part (as a worker stopped
   // for longer than any clock, or a colocated rank whose shard every clock waits for): its speed
   // says it should have fewer samples, so the split moves, but the clock stays a second. After
-  // the trial of 20 full clocks the static split comes back, and stays for the hold that follows.
+  // 20 full clocks to compare with and the trial of 20 more, the static split comes back, and
+  // stays for the hold that follows.
   const auto world = hpcps::comm::Communicator::world();
   if (world.size() < 2) {
     WARN("needs two workers");
@@ -248,7 +254,7 @@ TEST_CASE("a new split that does not shorten the clocks is taken back", "[balanc
     std::vector<hpcps::ps::TrainingReport> reports;
     for (const auto balance : {hpcps::ps::Balance::none, hpcps::ps::Balance::speed}) {
       hpcps::ps::TrainOptions t;
-      t.epochs = 2;
+      t.epochs = 4;
       t.batch = 24;
       t.seed = 4;
       t.evaluate = false;
@@ -266,11 +272,13 @@ TEST_CASE("a new split that does not shorten the clocks is taken back", "[balanc
     if (world.rank() != 0) continue;
     const auto& splits = reports.back().splits;
     REQUIRE(splits.size() == 3);
-    CHECK(splits[1].clock == 2);  // as soon as the first clock's speeds were in
+    // Clocks 12, 25, 38 and 51 are epochs' short last ones, which do not count: the window is full
+    // with clock 20, the trial with clock 43, and each is learnt 2 clocks later.
+    CHECK(splits[1].clock == 22);
     CHECK(splits[1].split.back() < splits[0].split.back());
-    CHECK(splits[2].clock == 24);  // 20 full clocks later (clock 12 is an epoch's short last one)
+    CHECK(splits[2].clock == 45);
     CHECK(splits[2].split == splits[0].split);
-    for (const auto& e : reports.back().epochs) CHECK(e.samples == 301);
+    for (const auto& e : reports.back().epochs) CHECK(e.samples == 301);  // 4 epochs
     CHECK(difference_over_largest(balanced, fixed) < 1e-5);
   }
 }

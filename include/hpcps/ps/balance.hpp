@@ -30,10 +30,10 @@
 // split hundreds of times an epoch), so equal speeds keep the static split, and with it the bits
 // of the unbalanced run.
 //
-// And it is kept only if the clocks got shorter: a new split is on trial for `window` clocks,
-// and if the median clock (its slowest part's seconds) under it is not shorter than under the
-// split before, the split before comes back and no new one is tried for `window` clocks, twice as
-// long after each further failed trial. The prediction assumes a part's time shrinks with the
+// And it is kept only if the clocks got shorter: a new split is tried after `window` full clocks
+// under the current one and is on trial for as many; if the median clock (its slowest part's
+// seconds) under it is not shorter than under the split before, the split before comes back and
+// no new one is tried for `window` clocks, twice as long after each further failed trial. The prediction assumes a part's time shrinks with the
 // part; where the clock waits for something no split moves (a colocated rank stopped from outside
 // also serves a shard, so every clock waits for it to run again), a moved split only lengthens
 // the clocks in between: measured, 0.81x the static split's speed before this check
@@ -260,7 +260,8 @@ class SpeedBalancer {
       clocks_filled_ = clocks_next_ = 0;  // the next trial compares with this split's clocks
       return;
     }
-    if (next_clock < hold_until_ || clocks_filled_ == 0) return;
+    // A split is tried only against a whole window of clocks under the current one.
+    if (next_clock < hold_until_ || clocks_filled_ < window_) return;
     if (std::any_of(speed_.begin(), speed_.end(), [](double s) { return s <= 0.0; })) return;
     proportional_split(batch_, speed_, 1, max_part_, candidate_, scratch_);
     if (candidate_ != split_ && predicted(candidate_) < (1.0 - hysteresis_) * predicted(split_)) {
