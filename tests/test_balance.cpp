@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -59,7 +60,8 @@ namespace {
 hpcps::ps::TrainingReport train(const hpcps::comm::Communicator& world, int servers, hpcps::ps::Balance balance,
                                 double slow, std::vector<float>& parameters, std::size_t pause_period = 0,
                                 std::vector<std::size_t> paused_clocks = {}, double pause_seconds = 0.0,
-                                std::size_t epochs = 2) {
+                                std::size_t epochs = 2,
+                                std::function<double(int, std::size_t, std::size_t, double)> counted = {}) {
   static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
   hpcps::ps::TrainOptions t;
   t.epochs = epochs;
@@ -74,6 +76,7 @@ hpcps::ps::TrainingReport train(const hpcps::comm::Communicator& world, int serv
                         std::count(paused_clocks.begin(), paused_clocks.end(), clock % pause_period) > 0;
     return std::ldexp(static_cast<double>(samples) * (w == workers - 1 ? slow : 1.0), -10) + (paused ? pause_seconds : 0.0);
   };
+  if (counted) t.balance_seconds = std::move(counted);  // a test's own count instead
   Ps::Options o;
   o.servers = servers;
   o.max_batch = t.batch;  // a balanced part may be up to the whole batch
@@ -89,16 +92,21 @@ std::vector<int> layouts(int ranks) {
   return servers;
 }
 
+// The layouts with at least two workers: none on one rank.
+std::vector<int> layouts_of_two_workers(const hpcps::comm::Communicator& world) {
+  if (world.size() < 2) {
+    WARN("needs two workers");
+    return {};
+  }
+  return layouts(world.size());
+}
+
 }  // namespace
 
 TEST_CASE("a slowed worker gets a smaller part, every sample is still used once, and the update is the same SGD",
           "[balance][mpi]") {
   const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs two workers");
-    return;
-  }
-  for (const int servers : layouts(world.size())) {
+  for (const int servers : layouts_of_two_workers(world)) {
     const int workers = servers == 0 ? world.size() : world.size() - servers;
     INFO(workers << " workers, " << servers << " servers");
     std::vector<float> fixed, balanced;
@@ -154,11 +162,7 @@ TEST_CASE("a worker paused for longer than a clock loses samples only when the p
   // 9/8/7 with 3); in 3 of every 4 the paused worker's part should fall to the floor (a mean of
   // speeds stopped at 19/5 and 11/11/2).
   const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs two workers");
-    return;
-  }
-  for (const int servers : layouts(world.size())) {
+  for (const int servers : layouts_of_two_workers(world)) {
     const int workers = servers == 0 ? world.size() : world.size() - servers;
     INFO(workers << " workers, " << servers << " servers");
     const double part_seconds = std::ldexp(24.0 / workers, -10);
@@ -198,38 +202,29 @@ TEST_CASE("a worker's part is timed from the clock's release to its push's arriv
   // The last worker stops for 20 ms after every even clock, between its pull and its next
   // gradient, as a process stopped from outside would: its own compute time does not hold the
   // stop, the time server 0 sees its next part take must (it cannot push before it resumes). Its
-  // counted seconds stay fake, so the split stays static. Only lower bounds are checked: load can
-  // lengthen what is measured, never shorten it.
+  // counted seconds stay those of equal speeds, so the split stays static. Only lower bounds are
+  // checked: load can lengthen what is measured, never shorten it.
   const auto world = hpcps::comm::Communicator::world();
   static constexpr double stop = 0.02;
   for (const int servers : layouts(world.size())) {
     const int workers = servers == 0 ? world.size() : world.size() - servers;
     INFO(workers << " workers, " << servers << " servers");
-    static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
-    hpcps::ps::TrainOptions t;
-    t.epochs = 1;
-    t.batch = 24;
-    t.evaluate = false;
-    t.balance = hpcps::ps::Balance::speed;
     std::vector<double> measured;
-    t.balance_seconds = [&measured, workers](int w, std::size_t clock, std::size_t samples, double seconds) {
-      if (w == workers - 1) {
-        measured.push_back(seconds);
-        if (clock % 2 == 0) std::this_thread::sleep_for(std::chrono::duration<double>(stop));
-      }
-      return std::ldexp(static_cast<double>(samples), -10);
-    };
-    Ps::Options o;
-    o.servers = servers;
-    o.max_batch = t.batch;
-    Ps ps(world, Net({64, 32, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::MomentumSgd(0.05f));
-    const auto report = hpcps::ps::train(ps, data, nullptr, t);
-    if (!ps.is_worker() || ps.worker_index() != workers - 1) continue;
+    std::vector<float> parameters;
+    const auto report = train(world, servers, hpcps::ps::Balance::speed, 1.0, parameters, 0, {}, 0.0, 1,
+                              [&measured, workers](int w, std::size_t clock, std::size_t samples, double seconds) {
+                                if (w == workers - 1) {
+                                  measured.push_back(seconds);
+                                  if (clock % 2 == 0) std::this_thread::sleep_for(std::chrono::duration<double>(stop));
+                                }
+                                return std::ldexp(static_cast<double>(samples), -10);
+                              });
+    if (measured.empty()) continue;  // not the last worker
     REQUIRE(measured.size() == 13);  // 301 samples in batches of 24
     for (std::size_t c = 0; c < measured.size(); ++c) {
       CAPTURE(c, measured[c]);
-      CHECK(measured[c] > 0.0);                         // a push comes after its clock's release
-      if (c % 2 == 1) CHECK(measured[c] >= stop);        // after a stop that fell outside the compute
+      CHECK(measured[c] > 0.0);                   // a push comes after its clock's release
+      if (c % 2 == 1) CHECK(measured[c] >= stop);  // after a stop that fell outside the compute
     }
     if (world.rank() == 0) CHECK(report.splits.size() == 1);  // equal counted speeds: the static split
   }
@@ -242,35 +237,17 @@ TEST_CASE("a new split that does not shorten the clocks is taken back", "[balanc
   // 20 full clocks to compare with and the trial of 20 more, the static split comes back, and
   // stays for the hold that follows.
   const auto world = hpcps::comm::Communicator::world();
-  if (world.size() < 2) {
-    WARN("needs two workers");
-    return;
-  }
-  for (const int servers : layouts(world.size())) {
+  for (const int servers : layouts_of_two_workers(world)) {
     const int workers = servers == 0 ? world.size() : world.size() - servers;
     INFO(workers << " workers, " << servers << " servers");
-    static const auto data = hpcps_test::synthetic(301, 64, 4, 7);
+    const auto one_second = [workers](int w, std::size_t, std::size_t samples, double) {
+      return w == workers - 1 ? 1.0 : std::ldexp(static_cast<double>(samples), -10);
+    };
     std::vector<float> fixed, balanced;
-    std::vector<hpcps::ps::TrainingReport> reports;
-    for (const auto balance : {hpcps::ps::Balance::none, hpcps::ps::Balance::speed}) {
-      hpcps::ps::TrainOptions t;
-      t.epochs = 4;
-      t.batch = 24;
-      t.seed = 4;
-      t.evaluate = false;
-      t.balance = balance;
-      t.balance_seconds = [workers](int w, std::size_t, std::size_t samples, double) {
-        return w == workers - 1 ? 1.0 : std::ldexp(static_cast<double>(samples), -10);
-      };
-      Ps::Options o;
-      o.servers = servers;
-      o.max_batch = t.batch;
-      Ps ps(world, Net({64, 384, 384, 4}), hpcps::backend::Cpu(1), o, {}, hpcps::optim::MomentumSgd(0.05f));
-      reports.push_back(hpcps::ps::train(ps, data, nullptr, t));
-      if (ps.is_worker()) (balance == hpcps::ps::Balance::none ? fixed : balanced) = ps.worker().parameters();
-    }
+    train(world, servers, hpcps::ps::Balance::none, 1.0, fixed, 0, {}, 0.0, 4, one_second);
+    const auto report = train(world, servers, hpcps::ps::Balance::speed, 1.0, balanced, 0, {}, 0.0, 4, one_second);
     if (world.rank() != 0) continue;
-    const auto& splits = reports.back().splits;
+    const auto& splits = report.splits;
     REQUIRE(splits.size() == 3);
     // Clocks 12, 25, 38 and 51 are epochs' short last ones, which do not count: the window is full
     // with clock 20, the trial with clock 43, and each is learnt 2 clocks later.
@@ -278,7 +255,7 @@ TEST_CASE("a new split that does not shorten the clocks is taken back", "[balanc
     CHECK(splits[1].split.back() < splits[0].split.back());
     CHECK(splits[2].clock == 45);
     CHECK(splits[2].split == splits[0].split);
-    for (const auto& e : reports.back().epochs) CHECK(e.samples == 301);  // 4 epochs
+    for (const auto& e : report.epochs) CHECK(e.samples == 301);  // 4 epochs
     CHECK(difference_over_largest(balanced, fixed) < 1e-5);
   }
 }

@@ -33,11 +33,11 @@
 // And it is kept only if the clocks got shorter: a new split is tried after `window` full clocks
 // under the current one and is on trial for as many; if the median clock (its slowest part's
 // seconds) under it is not shorter than under the split before, the split before comes back and
-// no new one is tried for `window` clocks, twice as long after each further failed trial. The prediction assumes a part's time shrinks with the
-// part; where the clock waits for something no split moves (a colocated rank stopped from outside
-// also serves a shard, so every clock waits for it to run again), a moved split only lengthens
-// the clocks in between: measured, 0.81x the static split's speed before this check
-// (docs/synchronization.md#a-worker-paused-from-outside).
+// no new one is tried for `window` clocks, twice as long after each further failed trial. The
+// prediction assumes a part's time shrinks with the part; where the clock waits for something no
+// split moves (a colocated rank stopped from outside also serves a shard, so every clock waits for
+// it to run again), a moved split only lengthens the clocks in between: measured, 0.81x the
+// static split's speed before this check (docs/synchronization.md#a-worker-paused-from-outside).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -182,8 +182,8 @@ class SpeedBalancer {
   }
 
   // Every worker after each clock, `done` clocks completed since training began: the seconds its
-  // part took and its samples for that clock. Completes the previous clock's exchange and may change the
-  // split from clock `done` (counted from 0) on.
+  // part took and its samples for that clock. Completes the previous clock's exchange and may
+  // change the split from clock `done` (counted from 0) on.
   void after_clock(std::uint64_t done, double seconds, std::size_t samples) {
     if (active_) {
       comm::detail::poll_until([this] { return request_.test(); });

@@ -219,11 +219,11 @@ class Server {
   // count (tags::response, one double; 0 with the initial parameters). A worker's own compute time
   // misses a pause that falls in its push or while its reply waits for it (a process stopped from
   // outside, a preempting job); this time holds it wherever it falls, as the clock sees it.
-  // Before start_aggregating().
-  void time_responses() {
+  // Before start_aggregating(); `false` stops it for the next run.
+  void time_responses(bool on = true) {
     static_assert(Sync::aggregates, "ps::Server: response times are of a clock's pushes; serve clock by clock");
-    if (index_ != 0) throw Error(fmt::format("ps::Server: server {} cannot time the responses; server 0 does", index_));
-    times_responses_ = true;
+    if (on && index_ != 0) throw Error(fmt::format("ps::Server: server {} cannot time the responses; server 0 does", index_));
+    times_responses_ = on;
     arrivals_.assign(active_.size(), 0.0);
     responses_out_.assign(active_.size(), 0.0);
     arrival_order_.reserve(active_.size());

@@ -339,12 +339,11 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
   bool stopped = false;
   // A balanced synchronous split learns each worker's speed from the time server 0 saw its part
   // take (ps::Server::time_responses), so a pause outside its compute counts too.
-  if (options.balance == Balance::speed && !drawing) {
-    if constexpr (Server::sync_type::aggregates) {
-      if (ps.is_server() && layout.server_index(world.rank()) == 0) ps.server().time_responses();
-    }
-    if (ps.is_worker()) ps.worker().receive_response_times();
+  const bool timed = options.balance == Balance::speed && !drawing;
+  if constexpr (Server::sync_type::aggregates) {
+    if (ps.is_server() && layout.server_index(world.rank()) == 0) ps.server().time_responses(timed);
   }
+  if (ps.is_worker()) ps.worker().receive_response_times(timed);
 
   if (ps.is_worker()) {
     auto& worker = ps.worker();

@@ -272,8 +272,8 @@ class Worker {
 
   // From now on every pull also brings, from server 0 (ps::Server::time_responses), the seconds
   // this worker's latest push took to come in there after the clock before it was released: its
-  // part of the clock as the clock sees it, pauses included. Before start().
-  void receive_response_times() { receives_responses_ = true; }
+  // part of the clock as the clock sees it, pauses included. Before start(); `false` stops it.
+  void receive_response_times(bool on = true) { receives_responses_ = on; }
   double response_seconds() const { return response_seconds_; }
 
   // Called after each clock's gradient with (clock, seconds it took), before the push: the hook a
