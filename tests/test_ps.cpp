@@ -471,6 +471,33 @@ struct ImageInput {
 };
 }  // namespace
 
+// A second ps::train on one ParameterServer once hung: the first run's end had stopped its servers
+// and the colocated worker's local server could start only once. Now every rank refuses it alike.
+TEST_CASE("a ParameterServer trains once; a refused run does not count", "[ps][mpi]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const Net net({6, 8, 4});
+  const auto train = synthetic(40, 6, 4, 13);
+  for (const int servers : {0, 1}) {
+    if (servers >= world.size()) continue;  // a dedicated server needs a worker beside it
+    CAPTURE(servers);
+    Ps::Options ps_options;
+    ps_options.servers = servers;
+    ps_options.max_batch = 6;
+    Ps ps(world, net, hpcps::backend::Cpu(1), ps_options, {}, hpcps::optim::StandardSgd(0.3f));
+    hpcps::ps::TrainOptions options;
+    options.epochs = 1;
+    options.batch = 6;
+    options.evaluate = false;
+    options.data_order = hpcps::ps::DataOrder::sharded;
+    options.balance = hpcps::ps::Balance::speed;  // refused with the sharded order, on every rank
+    CHECK_THROWS_WITH(hpcps::ps::train(ps, train, nullptr, options), Catch::Contains("sharded data order"));
+    options.balance = hpcps::ps::Balance::none;
+    const auto first = hpcps::ps::train(ps, train, nullptr, options);
+    if (ps.is_worker()) CHECK(first.gradient_pushes > 0);
+    CHECK_THROWS_WITH(hpcps::ps::train(ps, train, nullptr, options), Catch::Contains("trained already"));
+  }
+}
+
 TEST_CASE("ps::train names the data's layout and the network's input shape when they differ", "[ps]") {
   auto set = synthetic(4, 16, 2, 1);
   set.channels = 1, set.height = 2, set.width = 8;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "hpcps/backend/backend_traits.hpp"
@@ -249,6 +250,10 @@ class ParameterServer {
   const ps::ResumeExpectation& checkpoint_identity() const { return identity_; }
   // The checkpoint this ParameterServer resumed from (Options::resume), or null.
   const ps::ResumedCheckpoint* resumed() const { return resumed_.get(); }
+  // One training run per ParameterServer: at its end the workers told the servers they were done
+  // and each server left its loop, so a second run's pushes would find nobody listening. Returns
+  // false once a run has begun; every rank of the world answers alike (ps::train asks on all).
+  bool begin_training() { return !std::exchange(trained_, true); }
 
   // Workers and servers refer to world_: the object stays where it was built.
   ParameterServer(const ParameterServer&) = delete;
@@ -460,6 +465,7 @@ class ParameterServer {
   int shared_group_leader_ = -1;    // lowest world rank of this rank's window; -1: no window
   std::vector<int> shared_group_;   // every rank's shared_group_leader_
   std::unique_ptr<ps::ResumedCheckpoint> resumed_;
+  bool trained_ = false;
   std::unique_ptr<worker_type> worker_;
   std::unique_ptr<server_type> server_;
 };

@@ -325,6 +325,12 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                       writes ? checkpoint::writable_problem(options.checkpoint, report.checkpoint_bytes) : std::string(),
                       "ps::train", fmt::format("another rank cannot write checkpoints into {}", options.checkpoint));
   }
+  // After the checks every rank makes alike, so a run refused by them can be asked for again.
+  if (!ps.begin_training()) {
+    throw CollectiveError("ps::train: this ParameterServer has trained already, and its servers stopped when that run "
+                          "ended; build a new one (with Options::resume to go on from a checkpoint)",
+                          world.rank() == 0);
+  }
   // Every rank takes part in the split; workers then agree among themselves without the servers.
   // After the checks above: a communicator left behind by their exception would never be freed.
   const comm::Communicator team = world.split(ps.is_worker() ? 0 : 1, world.rank());
