@@ -2,6 +2,7 @@
 // CHECKs only (a failed REQUIRE on one rank would skip the collective and hang the others).
 // Messages use a distinct tag per test case so a leftover from one case cannot satisfy another.
 #include <hpcps/comm/comm.hpp>
+#include <hpcps/comm/segments.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -213,6 +214,70 @@ TEST_CASE("comm: large nonblocking messages arrive intact", "[comm]") {
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) wrong += in[i] != base + static_cast<float>(i);
   CHECK(wrong == 0);
+}
+
+// Segments are sent packed into one contiguous buffer (comm/segments.hpp says why): what arrives
+// must be the segments in order, into a struct receive of the same segments or into one array of
+// their type, a count alone must fill only a struct receive's first segment, and a second send
+// must pack afresh without allocating.
+TEST_CASE("comm: segments arrive packed, in order, into either kind of receive", "[comm]") {
+  using hpcps::comm::Segments;
+  Communicator w = world();
+  constexpr std::size_t n = 70000;  // past the eager limit, as a gradient piece is
+  float count = 0.0f;
+  std::vector<float> slice(n);
+  std::vector<std::uint16_t> half(n);
+  Segments floats{{&count, 1}, {slice.data(), n}};
+  Segments mixed{{&count, 1}, {half.data(), n}};
+  Segments count_only{{&count, 1}};
+  float got_count = -1.0f;
+  std::vector<float> got_slice(n), flat(n + 1);
+  std::vector<std::uint16_t> got_half(n);
+  Segments floats_in{{&got_count, 1}, {got_slice.data(), n}};
+  Segments mixed_in{{&got_count, 1}, {got_half.data(), n}};
+  const float base = static_cast<float>(prev_of(w) * 1000);
+  long allocations = 0;
+  std::size_t wrong = 0;
+  for (int round = 0; round < 3; ++round) {
+    count = static_cast<float>(w.rank() * 1000 + round);
+    for (std::size_t i = 0; i < n; ++i) {
+      slice[i] = count + static_cast<float>(i % 977);
+      half[i] = static_cast<std::uint16_t>((i + static_cast<std::size_t>(count)) % 65521);
+    }
+    const long before = hpcps_test::allocations.load();
+    {
+      // Into one array of floats.
+      Request r = w.irecv(flat.data(), n + 1, prev_of(w), 40);
+      Request s = floats.isend(w, next_of(w), 40);
+      s.wait();
+      r.wait();
+    }
+    {
+      // Into the same struct, in another type.
+      Request r = mixed_in.irecv(w, prev_of(w), 41);
+      Request s = mixed.isend(w, next_of(w), 41);
+      s.wait();
+      r.wait();
+    }
+    if (round > 0) allocations += hpcps_test::allocations.load() - before;
+    const float sent = base + static_cast<float>(round);
+    wrong += flat[0] != sent || got_count != sent;
+    for (std::size_t i = 0; i < n; ++i) {
+      wrong += flat[i + 1] != sent + static_cast<float>(i % 977);
+      wrong += got_half[i] != static_cast<std::uint16_t>((i + static_cast<std::size_t>(sent)) % 65521);
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(allocations == 0);
+  // A count alone fills a struct receive's first segment and leaves the rest as it was.
+  std::fill(got_slice.begin(), got_slice.end(), 7.0f);
+  count = static_cast<float>(w.rank() + 1);
+  Request r = floats_in.irecv(w, prev_of(w), 42);
+  Request s = count_only.isend(w, next_of(w), 42);
+  s.wait();
+  r.wait();
+  CHECK(got_count == static_cast<float>(prev_of(w) + 1));
+  CHECK(std::all_of(got_slice.begin(), got_slice.end(), [](float v) { return v == 7.0f; }));
 }
 
 TEST_CASE("comm: RequestSet is reused across rounds without allocating", "[comm]") {

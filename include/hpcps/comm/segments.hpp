@@ -1,8 +1,11 @@
 #pragma once
-// Several arrays sent as ONE message without packing them into a staging copy: an MPI
-// struct-of-segments datatype over absolute addresses (MPI_BOTTOM). The parameter server uses it to
-// send a gradient slice together with its sample count. Built once, reused every step, because the
-// addresses of the buffers it describes never change.
+// Several arrays as ONE message: an MPI struct-of-segments datatype over absolute addresses
+// (MPI_BOTTOM). The parameter server uses it to send a gradient slice together with its sample
+// count. Built once, reused every step, because the addresses of the buffers it describes never
+// change. A send packs the segments into one contiguous buffer first (MPI_PACKED): MPICH 4.0's
+// UCX device sends a non-contiguous datatype over TCP so that the two directions of an exchange
+// take turns, and the colocated clock of two pretend nodes on 1 Gbit/s took 15.0 ms instead of
+// 8.0 ms (docs/performance.md, 2026-12-06); the copy is one pass over bytes the link then carries.
 #include <cstddef>
 #include <initializer_list>
 #include <limits>
@@ -22,6 +25,8 @@ namespace hpcps::comm {
 // sample count, in fp32 or a 16-bit wire format. Receivable too, into the buffers it was built
 // over, which must then be writable. A receive matches a shorter message whose types are a
 // prefix of its own (a count alone, say): MPI fills the leading segments and leaves the rest.
+// One send at a time: isend packs into the object's own buffer, which the previous send must
+// have finished reading.
 class Segments {
  public:
   struct Segment {
@@ -45,6 +50,7 @@ class Segments {
         throw Error(fmt::format("comm::Segments: segment of {} elements exceeds MPI's int count", s.count));
       }
       lengths.push_back(static_cast<int>(s.count));
+      ++segments_;
       displacements.push_back(address);
       types.push_back(s.type);
       elements_ += s.count;
@@ -53,12 +59,30 @@ class Segments {
                                  &type_),
           "MPI_Type_create_struct", "segments={}", lengths.size());
     check(MPI_Type_commit(&type_), "MPI_Type_commit");
+    if (segments_ > 1) {
+      // MPICH 4.0.2's MPI_Pack refuses MPI_BOTTOM: packing reads from the first segment instead.
+      base_ = displacements[0];
+      for (MPI_Aint& d : displacements) d = MPI_Aint_diff(d, base_);
+      check(MPI_Type_create_struct(static_cast<int>(lengths.size()), lengths.data(), displacements.data(),
+                                   types.data(), &pack_type_),
+            "MPI_Type_create_struct", "segments={}", lengths.size());
+      check(MPI_Type_commit(&pack_type_), "MPI_Type_commit");
+    }
   }
   Segments(Segments&& other) noexcept
-      : type_(std::exchange(other.type_, MPI_DATATYPE_NULL)), elements_(other.elements_) {}
+      : type_(std::exchange(other.type_, MPI_DATATYPE_NULL)),
+        pack_type_(std::exchange(other.pack_type_, MPI_DATATYPE_NULL)),
+        base_(other.base_),
+        elements_(other.elements_),
+        segments_(other.segments_),
+        packed_(std::move(other.packed_)) {}
   Segments& operator=(Segments&& other) noexcept {
     std::swap(type_, other.type_);
+    std::swap(pack_type_, other.pack_type_);
+    std::swap(base_, other.base_);
     std::swap(elements_, other.elements_);
+    std::swap(segments_, other.segments_);
+    std::swap(packed_, other.packed_);
     return *this;
   }
   Segments(const Segments&) = delete;
@@ -67,16 +91,33 @@ class Segments {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (type_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&type_);
+    if (pack_type_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&pack_type_);
   }
 
   MPI_Datatype native() const { return type_; }
   // Elements in the message, all segments together.
   std::size_t elements() const { return elements_; }
 
-  [[nodiscard]] Request isend(const Communicator& comm, int dest, int tag) const {
+  // A packed message matches a receive of the same type signature: this struct, or one contiguous
+  // array where every segment has the array's type.
+  [[nodiscard]] Request isend(const Communicator& comm, int dest, int tag) {
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Isend(MPI_BOTTOM, 1, type_, dest, tag, comm.native(), &request), "MPI_Isend",
-          "dest={}, tag={}, {} elements in segments", dest, tag, elements_);
+    if (segments_ <= 1) {
+      check(MPI_Isend(MPI_BOTTOM, 1, type_, dest, tag, comm.native(), &request), "MPI_Isend",
+            "dest={}, tag={}, {} elements in segments", dest, tag, elements_);
+      return Request(request, {"MPI_Isend", "dest", dest, tag});
+    }
+    if (packed_.empty()) {  // the first send; the steady state allocates nothing
+      int bytes = 0;
+      check(MPI_Pack_size(1, pack_type_, comm.native(), &bytes), "MPI_Pack_size", "{} elements in segments", elements_);
+      packed_.resize(static_cast<std::size_t>(bytes));
+    }
+    int position = 0;
+    check(MPI_Pack(reinterpret_cast<const void*>(base_), 1, pack_type_, packed_.data(), static_cast<int>(packed_.size()),
+                   &position, comm.native()),
+          "MPI_Pack", "{} elements in segments", elements_);
+    check(MPI_Isend(packed_.data(), position, MPI_PACKED, dest, tag, comm.native(), &request), "MPI_Isend",
+          "dest={}, tag={}, {} elements in segments, packed into {} bytes", dest, tag, elements_, position);
     return Request(request, {"MPI_Isend", "dest", dest, tag});
   }
   [[nodiscard]] Request irecv(const Communicator& comm, int source, int tag) const {
@@ -87,8 +128,12 @@ class Segments {
   }
 
  private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;       // absolute addresses: sends of one segment, receives
+  MPI_Datatype pack_type_ = MPI_DATATYPE_NULL;  // relative to base_: packing several
+  MPI_Aint base_ = 0;
   std::size_t elements_ = 0;
+  std::size_t segments_ = 0;
+  std::vector<char> packed_;
 };
 
 }  // namespace hpcps::comm
