@@ -2,10 +2,7 @@
 // Several arrays as ONE message: an MPI struct-of-segments datatype over absolute addresses
 // (MPI_BOTTOM). The parameter server uses it to send a gradient slice together with its sample
 // count. Built once, reused every step, because the addresses of the buffers it describes never
-// change. A send packs the segments into one contiguous buffer first (MPI_PACKED): MPICH 4.0's
-// UCX device sends a non-contiguous datatype over TCP so that the two directions of an exchange
-// take turns, and the colocated clock of two pretend nodes on 1 Gbit/s took 15.0 ms instead of
-// 8.0 ms (docs/performance.md, 2026-12-06); the copy is one pass over bytes the link then carries.
+// change.
 #include <cstddef>
 #include <initializer_list>
 #include <limits>
@@ -25,8 +22,12 @@ namespace hpcps::comm {
 // sample count, in fp32 or a 16-bit wire format. Receivable too, into the buffers it was built
 // over, which must then be writable. A receive matches a shorter message whose types are a
 // prefix of its own (a count alone, say): MPI fills the leading segments and leaves the rest.
-// One send at a time: isend packs into the object's own buffer, which the previous send must
-// have finished reading.
+// isend_packed packs the segments into one contiguous buffer first, for a receiver that takes
+// the message as one array: across pretend nodes on 1 Gbit/s, MPICH 4.0's UCX device let the two
+// directions of an exchange of struct messages take turns, and a colocated clock of two ranks
+// (235k floats) took 15.0 ms with a struct send, 8.0 ms packed (docs/performance.md, 2026-12-06).
+// Into a struct receive it was slower than a struct send (fp16 pushes: 24k -> 17k samples/s).
+// One packed send at a time: the next packs into the same buffer.
 class Segments {
  public:
   struct Segment {
@@ -98,15 +99,17 @@ class Segments {
   // Elements in the message, all segments together.
   std::size_t elements() const { return elements_; }
 
-  // A packed message matches a receive of the same type signature: this struct, or one contiguous
-  // array where every segment has the array's type.
-  [[nodiscard]] Request isend(const Communicator& comm, int dest, int tag) {
+  [[nodiscard]] Request isend(const Communicator& comm, int dest, int tag) const {
     MPI_Request request = MPI_REQUEST_NULL;
-    if (segments_ <= 1) {
-      check(MPI_Isend(MPI_BOTTOM, 1, type_, dest, tag, comm.native(), &request), "MPI_Isend",
-            "dest={}, tag={}, {} elements in segments", dest, tag, elements_);
-      return Request(request, {"MPI_Isend", "dest", dest, tag});
-    }
+    check(MPI_Isend(MPI_BOTTOM, 1, type_, dest, tag, comm.native(), &request), "MPI_Isend",
+          "dest={}, tag={}, {} elements in segments", dest, tag, elements_);
+    return Request(request, {"MPI_Isend", "dest", dest, tag});
+  }
+  // A packed message matches a receive of the same type signature: one contiguous array where
+  // every segment has the array's type, or this struct.
+  [[nodiscard]] Request isend_packed(const Communicator& comm, int dest, int tag) {
+    if (segments_ <= 1) return isend(comm, dest, tag);
+    MPI_Request request = MPI_REQUEST_NULL;
     if (packed_.empty()) {  // the first send; the steady state allocates nothing
       int bytes = 0;
       check(MPI_Pack_size(1, pack_type_, comm.native(), &bytes), "MPI_Pack_size", "{} elements in segments", elements_);

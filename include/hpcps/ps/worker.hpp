@@ -452,7 +452,13 @@ class Worker {
     const std::size_t n = with_gradient ? p.size() : 0;
     if (k == 0) {
       const auto server = static_cast<std::size_t>(s);
-      sends_.add((with_gradient ? first_push_[server] : count_only_push_[server]).isend(world_, rank, tag));
+      if (!with_gradient) {
+        sends_.add(count_only_push_[server].isend(world_, rank, tag));
+      } else if (fp32) {
+        sends_.add(first_push_[server].isend_packed(world_, rank, tag));  // the server's inbox is [count, slice]
+      } else {
+        sends_.add(first_push_[server].isend(world_, rank, tag));
+      }
     } else if (fp32) {
       sends_.add(world_.isend(grad_ + p.begin, n, rank, tag));
     } else {
