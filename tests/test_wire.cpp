@@ -224,7 +224,8 @@ double normwise_relative_difference(const std::vector<float>& a, const std::vect
 // W workers (or one worker, for the asynchronous strategy) train `steps` clocks of batch b.
 template <class Sync, class Network>
 hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, int servers, WireFormat push,
-                          WireFormat pull, std::size_t piece_floats, std::size_t b, std::size_t steps, float lr) {
+                          WireFormat pull, std::size_t piece_floats, std::size_t b, std::size_t steps, float lr,
+                          bool shared_memory = true) {
   using Server = hpcps::ParameterServer<Network, hpcps::backend::Cpu, Sync, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
   typename Server::Options options;
@@ -234,6 +235,7 @@ hpcps_test::Trained train(const Network& net, const hpcps::data::Dataset& data, 
   options.piece_floats = piece_floats;
   options.wire = push;
   options.pull_wire = pull;
+  options.shared_memory = shared_memory;
   Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(lr));
   return hpcps_test::train_clocks(ps, data, b, steps);
 }
@@ -258,6 +260,8 @@ void check_wire_equivalence(const Network& net, WireFormat format, std::size_t p
     const auto fp32 = train<Sync>(net, data, servers, WireFormat::fp32, WireFormat::fp32, piece_floats, b, steps, lr);
     const auto pushed = train<Sync>(net, data, servers, format, WireFormat::fp32, piece_floats, b, steps, lr);
     const auto both = train<Sync>(net, data, servers, format, format, piece_floats, b, steps, lr);
+    // Every push in a message, as between nodes: piece 0 then carries the count in two halves.
+    const auto messages = train<Sync>(net, data, servers, format, format, piece_floats, b, steps, lr, false);
     const auto w = static_cast<std::size_t>(workers);
     const auto reference = sequential_sgd(net, data, b * w, steps, lr, 5);
     INFO(net.describe() << ", " << hpcps::ps::wire_name(format) << ", servers " << servers << ", pieces of "
@@ -270,6 +274,8 @@ void check_wire_equivalence(const Network& net, WireFormat format, std::size_t p
                                                                             WireFormat::fp32)) < 1e-4);
       CHECK(max_relative_difference(both.worker, sequential_sgd_over_wire(net, data, w, b, steps, lr, 5, format,
                                                                           format)) < 1e-4);
+      CHECK(max_relative_difference(messages.worker, sequential_sgd_over_wire(net, data, w, b, steps, lr, 5, format,
+                                                                              format)) < 1e-4);
       // ... so close to plain SGD at the format's precision...
       const double pushed_error = normwise_relative_difference(pushed.worker, reference);
       const double both_error = normwise_relative_difference(both.worker, reference);
