@@ -26,8 +26,8 @@ namespace hpcps::comm {
 // the message as one array: across pretend nodes on 1 Gbit/s, MPICH 4.0's UCX device let the two
 // directions of an exchange of struct messages take turns, and a colocated clock of two ranks
 // (235k floats) took 15.0 ms with a struct send, 8.0 ms packed (docs/performance.md, 2026-12-06).
-// Into a struct receive it was slower than a struct send (fp16 pushes: 24k -> 17k samples/s).
-// One packed send at a time: the next packs into the same buffer.
+// Not for a struct receive: packed into one, fp16 pushes slowed (24k -> 17k samples/s). One
+// packed send at a time: the next packs into the same buffer.
 class Segments {
  public:
   struct Segment {
