@@ -953,10 +953,12 @@ def main():
                         "JSON to --out (default bench/results/model_link.json)")
     p.add_argument("--link-rates", default="bench/results/link_rates.json",
                    help="bench/machine_rates run across 2 pretend nodes (its ping-pong and exchange tables)")
-    p.add_argument("--link-studies", default="bench/results/link_study_mlp.json,bench/results/link_study_mlp_fp16_pulls.json,"
-                   "bench/results/link_study_mlp_dedicated.json",
-                   help="bench/link_study.py results to predict (comma-separated; missing ones are skipped)")
-    p.add_argument("--top-k-rates", default="bench/results/top_k_rates.json", help="bench/top_k_rates output")
+    p.add_argument("--link-studies", default="bench/results/link_study_mlp_packed.json,"
+                   "bench/results/link_study_mlp_packed_sign.json",
+                   help="bench/link_study.py results to predict (comma-separated; missing ones are skipped), "
+                        "measured the day of --link-rates")
+    p.add_argument("--top-k-rates", default="bench/results/top_k_rates_link.json",
+                   help="bench/top_k_rates output, measured the day of --link-rates")
     p.add_argument("--link-alpha", type=float, default=25e-6, help="extrapolation: ASSUMED one-way latency, seconds")
     p.add_argument("--link-gbits", default="1,10,25,100", help="extrapolation: link bandwidths, Gbit/s")
     p.add_argument("--link-workers", default="64,256,1024", help="extrapolation: worker counts")

@@ -14,8 +14,9 @@ parameters in S shards (colocated: S = W, every rank a worker and a server):
     dedicated: T_push = max(W, S) t(m_push), T_pull = max(W, S) t(m_pull) (a server's link carries W)
 
 with m_push = 4 P/S + 4 bytes (fp32), 2 P/S + 4 (fp16, bf16), 8 ceil(r P/S) (top-k r: an index and a
-value per element sent) and m_pull = 4 or 2 bytes x P/S; T_encode the top-k selection (or the 16-bit
-encoding) of the P floats a worker pushes, at the measured rate. Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
+value per element sent), 4 ceil(P/S / 32) + 4 ceil(P/S / 1024) + 4 (scaled sign: a bit per element,
+an fp32 scale per block of 1024) and m_pull = 4 or 2 bytes x P/S; T_encode the top-k selection (or
+the scaled-sign or 16-bit encoding) of the P floats a worker pushes, at the measured rate. Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
 same compute and update.
 
 It predicts samples/s of the runs of bench/link_study.py and their time to the target (the run's
@@ -46,17 +47,35 @@ def link_message(link_rates):
     return exchange, {"bytes": xs, "seconds": ys, "beta_bytes_per_second": beta}
 
 
+SIGN_BLOCK = 1024  # elements per scale of a scaled-sign push (ps/sign_push.hpp's sign_block)
+
+
 def parse_wire(token):
-    """fp32 | fp16 | bf16 | topk<r>[mc][/<pull>] (bench/link_study.py's tokens)."""
+    """fp32 | fp16 | bf16 | topk<r>[mc][/<pull>] | sign[mc][/<pull>] (bench/link_study.py's tokens)."""
     if token in ("fp32", "fp16", "bf16"):
-        return {"top_k": 0.0, "push_bytes": FLOAT if token == "fp32" else 2, "pull_bytes": FLOAT if token == "fp32" else 2}
-    ratio, _, pull = token[len("topk"):].partition("/")
+        return {"top_k": 0.0, "sign": False, "push_bytes": FLOAT if token == "fp32" else 2,
+                "pull_bytes": FLOAT if token == "fp32" else 2}
+    head, _, pull = token.partition("/")
+    pull_bytes = 2 if pull in ("fp16", "bf16") else FLOAT
+    if head in ("sign", "signmc"):
+        return {"top_k": 0.0, "sign": True, "push_bytes": None, "pull_bytes": pull_bytes}
+    ratio = head[len("topk"):]
     ratio = ratio[:-2] if ratio.endswith("mc") else ratio
-    return {"top_k": float(ratio), "push_bytes": 8, "pull_bytes": 2 if pull in ("fp16", "bf16") else FLOAT}
+    return {"top_k": float(ratio), "sign": False, "push_bytes": 8, "pull_bytes": pull_bytes}
+
+
+def push_message_bytes(wire, shard):
+    """A worker's push to one shard: top-k's index and value per element sent; scaled signs' bit per
+    element and fp32 scale per block; otherwise the elements in the wire format; plus the count."""
+    if wire["top_k"] > 0:
+        return 8 * math.ceil(wire["top_k"] * shard)
+    if wire["sign"]:
+        return 4 * math.ceil(shard / 32) + FLOAT * math.ceil(shard / SIGN_BLOCK) + FLOAT
+    return wire["push_bytes"] * shard + FLOAT
 
 
 def encode_seconds(top_k_rates, wire, floats):
-    """The worker's top-k selection (interpolated in the ratio) or 16-bit encoding of `floats`."""
+    """The worker's top-k selection (interpolated in the ratio), scaled-sign or 16-bit encoding of `floats`."""
     from model import interpolate  # noqa: E402
     kernels = top_k_rates["kernels"]
     per_float = None
@@ -65,6 +84,8 @@ def encode_seconds(top_k_rates, wire, floats):
         # Linear in the logarithm of the ratio, clamped to the measured ratios.
         per_float = interpolate([math.log(r) for r, _ in rows], [t for _, t in rows],
                                 math.log(wire["top_k"])) / top_k_rates["floats"]
+    elif wire["sign"]:
+        per_float = next(k["seconds_median"] for k in kernels if k["name"] == "sign compress") / top_k_rates["floats"]
     elif wire["push_bytes"] == 2:
         per_float = next(k["seconds_median"] for k in kernels if k["name"] == "bf16 encode") / top_k_rates["floats"]
     return (per_float or 0.0) * floats
@@ -78,7 +99,7 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
     colocated = servers == 0
     shards = workers if colocated else servers
     shard = params / shards
-    m_push = (8 * math.ceil(wire["top_k"] * shard) if wire["top_k"] > 0 else wire["push_bytes"] * shard + FLOAT)
+    m_push = push_message_bytes(wire, shard)
     m_pull = wire["pull_bytes"] * shard
     links = (workers - 1) if colocated else max(workers, servers)
     compute = rates.gradient_seconds(sizes, worker_batch)[0]
@@ -146,7 +167,7 @@ def print_link_validation(rows):
               f"push {c['push'] * 1e3:.2f}, server {c['server'] * 1e3:.2f}, pull {c['pull'] * 1e3:.2f} ms)")
 
 
-EXTRAPOLATED_WIRES = ["fp32", "fp16", "topk0.01", "topk0.01/fp16"]
+EXTRAPOLATED_WIRES = ["fp32", "fp16", "topk0.01", "topk0.01/fp16", "sign/fp16"]
 
 
 def extrapolate_link(rates, top_k_rates, models, workers_list, gbits_list, alpha, optimizer):
