@@ -231,6 +231,13 @@ def main():
     check = subprocess.run([NODES, "check"], capture_output=True, text=True)
     if check.returncode != 0:
         p.error(f"cannot make pretend nodes here: {check.stderr.strip()}")
+    # Found out now, not after the first repeat's minutes: the plot after every repeat needs
+    # matplotlib, the DDP runs torch, both in this interpreter (Debian: python3-matplotlib, python3-torch).
+    needed = ["matplotlib"] + (["torch"] if any(n.startswith("DDP") for n in names) else [])
+    missing = [m for m in needed if subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True).returncode]
+    if missing:
+        p.error(f"{sys.executable} cannot import {', '.join(missing)} (Debian: "
+                + ", ".join(f"python3-{m}" for m in missing) + ")")
     runs = {n: [] for n in names}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hpcps_link_") as tmp:
