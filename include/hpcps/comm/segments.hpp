@@ -51,23 +51,22 @@ class Segments {
         throw Error(fmt::format("comm::Segments: segment of {} elements exceeds MPI's int count", s.count));
       }
       lengths.push_back(static_cast<int>(s.count));
-      ++segments_;
       displacements.push_back(address);
       types.push_back(s.type);
       elements_ += s.count;
     }
-    check(MPI_Type_create_struct(static_cast<int>(lengths.size()), lengths.data(), displacements.data(), types.data(),
-                                 &type_),
-          "MPI_Type_create_struct", "segments={}", lengths.size());
-    check(MPI_Type_commit(&type_), "MPI_Type_commit");
-    if (segments_ > 1) {
+    auto commit_struct = [&](MPI_Datatype* out) {
+      check(MPI_Type_create_struct(static_cast<int>(lengths.size()), lengths.data(), displacements.data(),
+                                   types.data(), out),
+            "MPI_Type_create_struct", "segments={}", lengths.size());
+      check(MPI_Type_commit(out), "MPI_Type_commit");
+    };
+    commit_struct(&type_);
+    if (lengths.size() > 1) {
       // MPICH 4.0.2's MPI_Pack refuses MPI_BOTTOM: packing reads from the first segment instead.
       base_ = displacements[0];
       for (MPI_Aint& d : displacements) d = MPI_Aint_diff(d, base_);
-      check(MPI_Type_create_struct(static_cast<int>(lengths.size()), lengths.data(), displacements.data(),
-                                   types.data(), &pack_type_),
-            "MPI_Type_create_struct", "segments={}", lengths.size());
-      check(MPI_Type_commit(&pack_type_), "MPI_Type_commit");
+      commit_struct(&pack_type_);
     }
   }
   Segments(Segments&& other) noexcept
@@ -75,14 +74,12 @@ class Segments {
         pack_type_(std::exchange(other.pack_type_, MPI_DATATYPE_NULL)),
         base_(other.base_),
         elements_(other.elements_),
-        segments_(other.segments_),
         packed_(std::move(other.packed_)) {}
   Segments& operator=(Segments&& other) noexcept {
     std::swap(type_, other.type_);
     std::swap(pack_type_, other.pack_type_);
     std::swap(base_, other.base_);
     std::swap(elements_, other.elements_);
-    std::swap(segments_, other.segments_);
     std::swap(packed_, other.packed_);
     return *this;
   }
@@ -108,7 +105,7 @@ class Segments {
   // A packed message matches a receive of the same type signature: one contiguous array where
   // every segment has the array's type, or this struct.
   [[nodiscard]] Request isend_packed(const Communicator& comm, int dest, int tag) {
-    if (segments_ <= 1) return isend(comm, dest, tag);
+    if (pack_type_ == MPI_DATATYPE_NULL) return isend(comm, dest, tag);  // one segment: contiguous already
     MPI_Request request = MPI_REQUEST_NULL;
     if (packed_.empty()) {  // the first send; the steady state allocates nothing
       int bytes = 0;
@@ -131,11 +128,10 @@ class Segments {
   }
 
  private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;       // absolute addresses: sends of one segment, receives
-  MPI_Datatype pack_type_ = MPI_DATATYPE_NULL;  // relative to base_: packing several
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;       // absolute addresses (MPI_BOTTOM): struct sends, receives
+  MPI_Datatype pack_type_ = MPI_DATATYPE_NULL;  // relative to base_: packing several; null for one
   MPI_Aint base_ = 0;
   std::size_t elements_ = 0;
-  std::size_t segments_ = 0;
   std::vector<char> packed_;
 };
 
