@@ -127,8 +127,8 @@ int main(int argc, char** argv) {
     hpcps::data::read_idx(file);
   });
 
-  // Manifests: one of a 2-server momentum checkpoint with top-k residuals, one of Adam on the
-  // colocated layout.
+  // Manifests: one of a 2-server momentum checkpoint with top-k residuals and corrected-momentum
+  // velocities, one of Adam on the colocated layout.
   hpcps::checkpoint::Manifest m;
   m.network = "mlp[784-256-10]-relu";
   m.parameters = 203530;
@@ -148,9 +148,13 @@ int main(int argc, char** argv) {
   m.servers = 2;
   m.shards = {{0, 101765}, {101765, 203530}};
   m.files = {{hpcps::checkpoint::shard_file(0), 101765 * 8, 0x12345678}, {hpcps::checkpoint::shard_file(1), 101765 * 8, 0x9abcdef0}};
-  for (std::size_t w = 0; w < 3; ++w) m.residuals.push_back({hpcps::checkpoint::residual_file(w), 203530 * 4, 0x1000u + static_cast<std::uint32_t>(w)});
+  for (std::size_t w = 0; w < 3; ++w) {
+    m.residuals.push_back({hpcps::checkpoint::residual_file(w), 203530 * 4, 0x1000u + static_cast<std::uint32_t>(w)});
+    m.velocities.push_back({hpcps::checkpoint::velocity_file(w), 203530 * 4, 0x2000u + static_cast<std::uint32_t>(w)});
+  }
   hpcps::checkpoint::Manifest adam = m;
   adam.residuals.clear();
+  adam.velocities.clear();
   adam.state_arrays = {"adam_m", "adam_v"};
   adam.servers = 0;
   adam.shards = {{0, 203530}};

@@ -29,6 +29,8 @@ namespace fs = std::filesystem;
 using Net = hpcps::nn::Mlp<hpcps::nn::Tanh>;
 using Ps = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::MomentumSgd>;
 using AdamPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::Adam>;
+// Momentum correction moves the momentum to the workers: the server's rule has none.
+using SgdPs = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
 
 const hpcps::data::Dataset& train_set() {
   static const auto d = hpcps_test::synthetic(301, 12, 4, 7);
@@ -59,11 +61,12 @@ void remove_folders(const hpcps::comm::Communicator& world) {
 
 template <class Server>
 typename Server::Options options(int servers, const std::string& resume = {}, double top_k = 0.0,
-                                 bool sign_push = false) {
+                                 bool sign_push = false, float momentum_correction = 0.0f) {
   typename Server::Options o;
   o.servers = servers;
   o.top_k = top_k;
   o.sign_push = sign_push;
+  o.top_k_momentum = momentum_correction;
   o.max_batch = 32;
   o.piece_floats = 100;  // several pieces per shard
   o.resume = resume;
@@ -86,9 +89,10 @@ struct Outcome {
 
 template <class Server, class Optimizer>
 Outcome run(const hpcps::comm::Communicator& world, int servers, const hpcps::ps::TrainOptions& t, Optimizer optimizer,
-            const std::string& resume = {}, double top_k = 0.0, bool sign_push = false) {
-  Server ps(world, network(), hpcps::backend::Cpu(1), options<Server>(servers, resume, top_k, sign_push), {},
-            optimizer);
+            const std::string& resume = {}, double top_k = 0.0, bool sign_push = false,
+            float momentum_correction = 0.0f) {
+  Server ps(world, network(), hpcps::backend::Cpu(1),
+            options<Server>(servers, resume, top_k, sign_push, momentum_correction), {}, optimizer);
   Outcome o;
   o.report = hpcps::ps::train(ps, train_set(), &test_set(), t);
   if (world.rank() == 0) {
@@ -96,6 +100,29 @@ Outcome run(const hpcps::comm::Communicator& world, int servers, const hpcps::ps
     o.test_accuracy = o.report.test_accuracy;
   }
   return o;
+}
+
+// The per-worker files of checkpoint `dir` (residual_file or velocity_file) as written, read by
+// hand: `n` floats each.
+std::vector<std::vector<float>> read_worker_files(const std::string& dir, std::string (*name)(std::size_t),
+                                                 std::size_t workers, std::size_t n) {
+  std::vector<std::vector<float>> written(workers, std::vector<float>(n));
+  for (std::size_t w = 0; w < workers; ++w) {
+    std::ifstream in(dir + "/" + name(w), std::ios::binary);
+    in.read(reinterpret_cast<char*>(written[w].data()), static_cast<std::streamsize>(n * sizeof(float)));
+    CHECK(in.gcount() == static_cast<std::streamsize>(n * sizeof(float)));
+  }
+  return written;
+}
+
+// What new worker `worker` of `workers` resumes with: the sum of the old workers w's with
+// w % workers == worker, in old-worker order.
+std::vector<float> worker_sum(const std::vector<std::vector<float>>& written, int worker, int workers) {
+  std::vector<float> sum(written.front().size(), 0.0f);
+  for (std::size_t w = static_cast<std::size_t>(worker); w < written.size(); w += static_cast<std::size_t>(workers)) {
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += written[w][i];
+  }
+  return sum;
 }
 
 std::vector<int> layouts(int ranks) {
@@ -176,28 +203,16 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
   t.checkpoint = folder;
   run<Ps>(world, 0, t, momentum, {}, 0.1);  // every rank a worker
   const std::string dir = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
-  // The files as written, read by hand: parameter count floats each.
   const std::size_t n = network().parameter_count();
-  std::vector<std::vector<float>> written(static_cast<std::size_t>(world.size()), std::vector<float>(n));
+  const auto written = read_worker_files(dir, hpcps::checkpoint::residual_file, static_cast<std::size_t>(world.size()), n);
   std::size_t nonzero = 0;
-  for (std::size_t w = 0; w < written.size(); ++w) {
-    std::ifstream in(dir + "/" + hpcps::checkpoint::residual_file(w), std::ios::binary);
-    in.read(reinterpret_cast<char*>(written[w].data()), static_cast<std::streamsize>(n * sizeof(float)));
-    CHECK(in.gcount() == static_cast<std::streamsize>(n * sizeof(float)));
-    for (const float x : written[w]) nonzero += x != 0.0f;
-  }
+  for (const auto& r : written) nonzero += static_cast<std::size_t>(std::count_if(r.begin(), r.end(), [](float x) { return x != 0.0f; }));
   CHECK(nonzero > 0);
   for (int servers = 0; servers < world.size(); ++servers) {
     const int workers = servers == 0 ? world.size() : world.size() - servers;
     INFO("resumed with " << servers << " servers, " << workers << " workers");
     Ps ps(world, network(), hpcps::backend::Cpu(1), options<Ps>(servers, folder, 0.1), {}, momentum);
-    if (ps.is_worker()) {
-      std::vector<float> expected(n, 0.0f);
-      for (std::size_t w = static_cast<std::size_t>(world.rank()); w < written.size(); w += static_cast<std::size_t>(workers)) {
-        for (std::size_t i = 0; i < n; ++i) expected[i] += written[w][i];
-      }
-      CHECK(ps.worker().residual() == expected);
-    }
+    if (ps.is_worker()) CHECK(ps.worker().residual() == worker_sum(written, world.rank(), workers));
   }
   // What a residual holds is gradient not yet sent, whatever sends it next: scaled-sign pushes
   // take it over too.
@@ -233,6 +248,82 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
   remove_folders(world);
 }
 
+// Momentum correction keeps the momentum on the workers (ps/top_k.hpp), as velocities: a checkpoint
+// that lost them would resume to other bits, and with a momentum-free server rule lose the
+// momentum altogether.
+TEST_CASE("a run with momentum correction resumed at an epoch boundary ends with the bits of the uninterrupted run",
+          "[checkpoint][top_k][sign]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::StandardSgd sgd(0.05f);
+  for (const bool sign : {false, true}) {
+    const double ratio = sign ? 0.0 : 0.1;
+    for (const int servers : layouts(world.size())) {
+      INFO("servers " << servers << (sign ? ", scaled sign" : ", top-k"));
+      const std::string folder = fresh_folder(world, sign ? "sign-mc" : "top-k-mc");
+      const Outcome whole = run<SgdPs>(world, servers, train_options(3), sgd, {}, ratio, sign, 0.9f);
+      auto first = train_options(1);
+      first.checkpoint = folder;
+      const Outcome part = run<SgdPs>(world, servers, first, sgd, {}, ratio, sign, 0.9f);
+      CHECK(part.report.checkpoints == 1);
+      const Outcome resumed = run<SgdPs>(world, servers, train_options(3), sgd, folder, ratio, sign, 0.9f);
+      if (world.rank() == 0) {
+        CHECK(resumed.report.epochs.size() == 2);
+        CHECK(resumed.parameters == whole.parameters);
+        CHECK(part.parameters != whole.parameters);  // the comparison can fail
+        const auto m = hpcps::checkpoint::read_manifest((fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string());
+        CHECK(m.velocities.size() == m.workers);
+      }
+    }
+  }
+  remove_folders(world);
+}
+
+// On another number of workers each new worker's velocity is the sum of the old ones that fall to
+// it, like its residual; a run without momentum correction is refused (its server rule has no
+// momentum, so the velocities would be dropped), and a checkpoint without velocities starts them
+// at zero.
+TEST_CASE("a checkpoint with momentum correction resumes on another number of workers with every velocity kept",
+          "[checkpoint][top_k]") {
+  const auto world = hpcps::comm::Communicator::world();
+  const hpcps::optim::StandardSgd sgd(0.05f);
+  const std::string folder = fresh_folder(world, "top-k-mc-relayout");
+  auto t = train_options(1);
+  t.checkpoint = folder;
+  run<SgdPs>(world, 0, t, sgd, {}, 0.1, false, 0.9f);  // every rank a worker
+  const std::string dir = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
+  const std::size_t n = network().parameter_count();
+  const auto ranks = static_cast<std::size_t>(world.size());
+  const auto velocities = read_worker_files(dir, hpcps::checkpoint::velocity_file, ranks, n);
+  const auto residuals = read_worker_files(dir, hpcps::checkpoint::residual_file, ranks, n);
+  CHECK(velocities != residuals);  // two files, not one written twice
+  CHECK(std::any_of(velocities[0].begin(), velocities[0].end(), [](float x) { return x != 0.0f; }));
+  for (int servers = 0; servers < world.size(); ++servers) {
+    const int workers = servers == 0 ? world.size() : world.size() - servers;
+    INFO("resumed with " << servers << " servers, " << workers << " workers");
+    SgdPs ps(world, network(), hpcps::backend::Cpu(1), options<SgdPs>(servers, folder, 0.1, false, 0.9f), {}, sgd);
+    if (ps.is_worker()) {
+      CHECK(ps.worker().velocity() == worker_sum(velocities, world.rank(), workers));
+      CHECK(ps.worker().residual() == worker_sum(residuals, world.rank(), workers));
+    }
+  }
+  std::string message;
+  try {
+    SgdPs ps(world, network(), hpcps::backend::Cpu(1), options<SgdPs>(0, folder, 0.1), {}, sgd);
+  } catch (const hpcps::CollectiveError& e) {
+    message = e.reporter() ? e.what() : "not the reporter";
+  }
+  CHECK_THAT(message, Catch::Contains("not the reporter") ||
+                          (Catch::Contains("MANIFEST") && Catch::Contains("written with momentum correction") &&
+                           Catch::Contains("--top-k-momentum")));
+  // A top-k checkpoint without momentum correction: the velocities start at zero.
+  const std::string plain = fresh_folder(world, "top-k-no-mc");
+  t.checkpoint = plain;
+  run<SgdPs>(world, 0, t, sgd, {}, 0.1);
+  SgdPs ps(world, network(), hpcps::backend::Cpu(1), options<SgdPs>(0, plain, 0.1, false, 0.9f), {}, sgd);
+  CHECK(ps.worker().velocity() == std::vector<float>(n, 0.0f));
+  remove_folders(world);
+}
+
 TEST_CASE("a manifest lists one residual file per worker, of the parameters' size, or none", "[checkpoint][top_k]") {
   hpcps::checkpoint::Manifest m;
   m.network = "mlp[12-16-4]-tanh";
@@ -259,6 +350,23 @@ TEST_CASE("a manifest lists one residual file per worker, of the parameters' siz
   auto short_file = m;
   short_file.residuals[0].bytes = 396;
   refused(short_file, "residual-00000.bin is listed with 396 bytes; 100 parameters need 400");
+  // With momentum correction, one velocity file per worker beside the residuals.
+  auto corrected = m;
+  corrected.velocities = {{hpcps::checkpoint::velocity_file(0), 400, 3}, {hpcps::checkpoint::velocity_file(1), 400, 4}};
+  const auto corrected_back = hpcps::checkpoint::parse(hpcps::checkpoint::to_text(corrected), "M");
+  REQUIRE(corrected_back.velocities.size() == 2);
+  CHECK(corrected_back.velocities[1].name == "velocity-00001.bin");
+  CHECK(corrected_back.velocities[1].crc == 4);
+  CHECK(corrected_back.residuals.size() == 2);
+  auto one_velocity = corrected;
+  one_velocity.velocities.pop_back();
+  refused(one_velocity, "1 velocity files for 2 workers");
+  auto velocity_renamed = corrected;
+  velocity_renamed.velocities[0].name = hpcps::checkpoint::residual_file(0);
+  refused(velocity_renamed, "velocity 0 is 'residual-00000.bin', not 'velocity-00000.bin'");
+  auto no_residuals = corrected;
+  no_residuals.residuals.clear();
+  refused(no_residuals, "velocity files without residual files");
 }
 
 // Dropout's masks follow the samples' place in training (nn::SamplePosition), not a count of the

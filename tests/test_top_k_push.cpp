@@ -125,26 +125,3 @@ TEST_CASE("top-k refuses 16-bit values and a ratio outside (0, 1] on every rank"
                     Catch::Contains("must be in (0, 1)"));
   world.barrier();
 }
-
-TEST_CASE("ps::train refuses checkpoints with momentum correction, which they do not hold, on every rank",
-          "[top_k][mpi]") {
-  using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::backend::Cpu,
-                                        hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
-  const auto world = hpcps::comm::Communicator::world();
-  const hpcps::nn::Mlp<hpcps::nn::Relu> net({6, 4, 2});
-  Server::Options options;
-  options.servers = world.size() > 1 ? 1 : 0;
-  options.max_batch = 4;
-  options.top_k = 0.5;
-  options.top_k_momentum = 0.9f;
-  Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f));
-  const auto data = synthetic(16, 6, 2, 3);
-  hpcps::ps::TrainOptions t;
-  t.epochs = 1;
-  t.batch = 4;
-  t.evaluate = false;
-  // Refused before anything is written, so the folder is never made.
-  t.checkpoint = "hpcps-test-momentum-correction-refused";
-  CHECK_THROWS_WITH(hpcps::ps::train(ps, data, nullptr, t), Catch::Contains("corrected momentum"));
-  world.barrier();
-}

@@ -28,8 +28,10 @@ class BadCheckpoint : public Error {
 };
 
 // 2 adds data_order (a version 1 manifest has none: its runs used the global order); 3 adds the
-// workers' top-k residuals (older manifests have none: their runs pushed dense gradients).
-inline constexpr int format_version = 3;
+// workers' top-k residuals (older manifests have none: their runs pushed dense gradients); 4 adds
+// the workers' corrected-momentum velocities (older manifests have none: their runs had no
+// momentum correction).
+inline constexpr int format_version = 4;
 inline constexpr const char* manifest_name = "MANIFEST";
 inline constexpr std::size_t manifest_limit = std::size_t{1} << 24;
 
@@ -61,10 +63,14 @@ struct Manifest {
   // Top-k pushes: worker w's residual (what its pushes held back, `parameters` fp32 values) in
   // residuals[w], file residual_file(w); none for dense pushes.
   std::vector<FileEntry> residuals;
+  // Compressed pushes with momentum correction: worker w's velocity (`parameters` fp32 values) in
+  // velocities[w], file velocity_file(w); none without momentum correction.
+  std::vector<FileEntry> velocities;
 };
 
 inline std::string shard_file(std::size_t s) { return fmt::format("shard-{:05}.bin", s); }
 inline std::string residual_file(std::size_t w) { return fmt::format("residual-{:05}.bin", w); }
+inline std::string velocity_file(std::size_t w) { return fmt::format("velocity-{:05}.bin", w); }
 
 namespace detail {
 
@@ -99,6 +105,7 @@ inline std::string to_text(const Manifest& m) {
   for (const auto& [b, e] : m.shards) t += fmt::format("shard = {} {}\n", b, e);
   for (const auto& f : m.files) t += fmt::format("file = {} {} {:08x}\n", f.name, f.bytes, f.crc);
   for (const auto& f : m.residuals) t += fmt::format("residual = {} {} {:08x}\n", f.name, f.bytes, f.crc);
+  for (const auto& f : m.velocities) t += fmt::format("velocity = {} {} {:08x}\n", f.name, f.bytes, f.crc);
   t += fmt::format("crc32 = {:08x}\n", crc32_update(0, t.data(), t.size()));
   return t;
 }
@@ -165,7 +172,8 @@ inline Manifest parse(std::string_view text, const std::string& path) {
     const auto number = [&](auto& out) {
       if (!detail::parse_number(value, out)) throw bad(fmt::format("line {}: {} '{}' is not a number", line_no, key, value));
     };
-    const bool repeatable = key == "state_array" || key == "shard" || key == "file" || key == "residual";
+    const bool repeatable = key == "state_array" || key == "shard" || key == "file" || key == "residual" ||
+                            key == "velocity";
     if (!repeatable) {
       for (const auto& k : seen) {
         if (k == key) throw bad(fmt::format("line {}: {} given twice", line_no, key));
@@ -196,7 +204,7 @@ inline Manifest parse(std::string_view text, const std::string& path) {
         throw bad(fmt::format("line {}: shard '{}' is not 'begin end'", line_no, value));
       }
       m.shards.emplace_back(b, e);
-    } else if (key == "file" || key == "residual") {
+    } else if (key == "file" || key == "residual" || key == "velocity") {
       const std::size_t a = value.find(' '), b = a == std::string_view::npos ? a : value.find(' ', a + 1);
       FileEntry f;
       if (b == std::string_view::npos || !detail::plain_name(value.substr(0, a)) ||
@@ -205,7 +213,7 @@ inline Manifest parse(std::string_view text, const std::string& path) {
         throw bad(fmt::format("line {}: {} '{}' is not 'name bytes crc32'", line_no, key, value));
       }
       f.name = value.substr(0, a);
-      (key == "file" ? m.files : m.residuals).push_back(std::move(f));
+      (key == "file" ? m.files : key == "residual" ? m.residuals : m.velocities).push_back(std::move(f));
     } else {
       throw bad(fmt::format("line {}: unknown key '{}'", line_no, key));
     }
@@ -229,17 +237,23 @@ inline Manifest parse(std::string_view text, const std::string& path) {
     }
   }
   if (next != m.parameters) throw bad(fmt::format("the shards cover {} of the {} parameters", next, m.parameters));
-  if (!m.residuals.empty() && m.residuals.size() != m.workers) {
-    throw bad(fmt::format("{} residual files for {} workers", m.residuals.size(), m.workers));
-  }
-  for (std::size_t w = 0; w < m.residuals.size(); ++w) {
-    if (m.residuals[w].name != residual_file(w)) {
-      throw bad(fmt::format("residual {} is '{}', not '{}'", w, m.residuals[w].name, residual_file(w)));
+  // One file per worker, `parameters` floats each, or none.
+  const auto per_worker = [&](const std::vector<FileEntry>& list, const char* what, std::string (*name)(std::size_t)) {
+    if (!list.empty() && list.size() != m.workers) {
+      throw bad(fmt::format("{} {} files for {} workers", list.size(), what, m.workers));
     }
-    if (m.residuals[w].bytes != m.parameters * sizeof(float)) {
-      throw bad(fmt::format("{} is listed with {} bytes; {} parameters need {}", m.residuals[w].name,
-                            m.residuals[w].bytes, m.parameters, m.parameters * sizeof(float)));
+    for (std::size_t w = 0; w < list.size(); ++w) {
+      if (list[w].name != name(w)) throw bad(fmt::format("{} {} is '{}', not '{}'", what, w, list[w].name, name(w)));
+      if (list[w].bytes != m.parameters * sizeof(float)) {
+        throw bad(fmt::format("{} is listed with {} bytes; {} parameters need {}", list[w].name, list[w].bytes,
+                              m.parameters, m.parameters * sizeof(float)));
+      }
     }
+  };
+  per_worker(m.residuals, "residual", residual_file);
+  per_worker(m.velocities, "velocity", velocity_file);
+  if (!m.velocities.empty() && m.residuals.empty()) {
+    throw bad("velocity files without residual files: momentum correction is for compressed pushes");
   }
   if (m.clocks_per_epoch == 0 || m.batch >= m.clocks_per_epoch) {
     throw bad(fmt::format("batch position {} is outside an epoch of {} clocks", m.batch, m.clocks_per_epoch));

@@ -1,7 +1,8 @@
 #pragma once
 // Writing one checkpoint, collectively, at the end of a clock (ps::train calls it on every rank):
 // rank 0 creates .partial-ckpt-<clock> in the folder; every server writes its shard file there,
-// and with top-k pushes every worker its residual file, fsync'd; rank 0 gathers their sizes and
+// and with compressed pushes every worker its residual file (with momentum correction its
+// velocity file too), fsync'd; rank 0 gathers their sizes and
 // CRC-32s, writes the MANIFEST, fsyncs the directory and
 // publishes it by renaming it to ckpt-<clock>, then removes all but the newest `keep`. A crash at
 // any instant leaves either the previous checkpoints alone or the new one complete: a partial
@@ -34,12 +35,14 @@ struct CheckpointPosition {
 };
 
 // Bytes of one checkpoint of a ParameterServer: the parameters and every state array, and with
-// compressed pushes (top-k, scaled sign) each worker's residual.
+// compressed pushes (top-k, scaled sign) each worker's residual, and with momentum correction its
+// velocity.
 template <class Server>
 std::uint64_t checkpoint_bytes(const Server& ps) {
-  const std::uint64_t residuals = ps.keeps_residuals() ? static_cast<std::uint64_t>(ps.layout().workers()) : 0;
+  const auto workers = static_cast<std::uint64_t>(ps.layout().workers());
+  const std::uint64_t per_worker = (ps.keeps_residuals() ? workers : 0) + (ps.keeps_velocities() ? workers : 0);
   return static_cast<std::uint64_t>(ps.layout().parameters()) *
-         (1 + ps.checkpoint_identity().state_arrays.size() + residuals) * sizeof(float);
+         (1 + ps.checkpoint_identity().state_arrays.size() + per_worker) * sizeof(float);
 }
 
 // Collective over `comm` (every rank of the ParameterServer's world, in rank order). Returns the
@@ -63,9 +66,9 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
   throw_if_any_rank(comm, problem, "checkpoint");
 
   // Per rank: {server index + 1 (0: not a server), bytes, crc, update count, worker index + 1 (0:
-  // no residual), its residual file's bytes, crc}.
-  constexpr std::size_t fields = 7;
-  std::uint64_t mine[fields] = {0, 0, 0, 0, 0, 0, 0};
+  // no residual), its residual file's bytes, crc, its velocity file's bytes (0: none), crc}.
+  constexpr std::size_t fields = 9;
+  std::uint64_t mine[fields] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (ps.is_server()) {
     auto& server = ps.server();
     const std::size_t index = static_cast<std::size_t>(ps.layout().server_index(ps.world().rank()));
@@ -85,15 +88,18 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
     }
   }
   if (ps.is_worker() && ps.keeps_residuals() && problem.empty()) {
-    const auto& residual = ps.worker().residual();
     const auto index = static_cast<std::size_t>(ps.worker_index());
-    try {
-      checkpoint::DurableWriter out((fs::path(partial) / checkpoint::residual_file(index)).string());
-      out.write(residual.data(), residual.size() * sizeof(float));
+    const auto write = [&](const std::vector<float>& values, const std::string& name, std::uint64_t* entry) {
+      checkpoint::DurableWriter out((fs::path(partial) / name).string());
+      out.write(values.data(), values.size() * sizeof(float));
       out.finish();
+      entry[0] = out.bytes();
+      entry[1] = out.crc();
+    };
+    try {
+      write(ps.worker().residual(), checkpoint::residual_file(index), mine + 5);
+      if (ps.keeps_velocities()) write(ps.worker().velocity(), checkpoint::velocity_file(index), mine + 7);
       mine[4] = index + 1;
-      mine[5] = out.bytes();
-      mine[6] = out.crc();
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -132,9 +138,13 @@ std::string write_checkpoint(Server& ps, const comm::Communicator& comm, const s
         m.shards.emplace_back(r.begin, r.end);
       }
       if (ps.keeps_residuals()) m.residuals.resize(static_cast<std::size_t>(layout.workers()));
+      if (ps.keeps_velocities()) m.velocities.resize(static_cast<std::size_t>(layout.workers()));
       for (int r = 0; r < comm.size(); ++r) {
         const std::uint64_t* e = all.data() + fields * static_cast<std::size_t>(r);
         if (e[4] != 0) m.residuals[e[4] - 1] = {checkpoint::residual_file(e[4] - 1), e[5], static_cast<std::uint32_t>(e[6])};
+        if (e[4] != 0 && e[7] != 0) {
+          m.velocities[e[4] - 1] = {checkpoint::velocity_file(e[4] - 1), e[7], static_cast<std::uint32_t>(e[8])};
+        }
         if (e[0] == 0) continue;
         m.files[e[0] - 1] = {checkpoint::shard_file(e[0] - 1), e[1], static_cast<std::uint32_t>(e[2])};
         m.server_updates = e[3];

@@ -98,7 +98,7 @@ class ParameterServer {
     // With compressed pushes (top-k or scaled sign): momentum correction (DGC; ps/top_k.hpp) in
     // (0, 1): each worker keeps the velocity u <- m u + g and sends it through error feedback, so an
     // element's momentum is not lost while it waits; pair it with a server rule without momentum
-    // (optim::StandardSgd). 0: off. Not in checkpoints yet (ps::train refuses the two together).
+    // (optim::StandardSgd). 0: off. Checkpoints hold each worker's velocity.
     // With scaled signs it needs a small learning rate: the MLP example collapsed at 0.1 and
     // trained at 0.02 (docs/performance.md#scaled-sign-pushes).
     float top_k_momentum = 0.0f;
@@ -150,7 +150,8 @@ class ParameterServer {
       : world_(agreed_world(world, network, options, sync)),
         layout_(world_.size(), options.servers, network.parameter_count(), options.piece_floats),
         options_(options),
-        identity_(resume_expectation(network, sync, optimizer, compressed_pushes(options))) {
+        identity_(resume_expectation(network, sync, optimizer, compressed_pushes(options),
+                                     options.top_k_momentum != 0.0f)) {
     const bool serves = layout_.colocated() || layout_.role(world_.rank()) == ps::Role::server;
     std::optional<data::Range> shard;
     if (serves) shard = layout_.shard(layout_.server_index(world_.rank()));
@@ -183,6 +184,10 @@ class ParameterServer {
       if (resumed_ && !resumed_->residual.empty()) {
         worker_->restore_residual(resumed_->residual);
         std::vector<float>().swap(resumed_->residual);
+      }
+      if (resumed_ && !resumed_->velocity.empty()) {
+        worker_->restore_velocity(resumed_->velocity);
+        std::vector<float>().swap(resumed_->velocity);
       }
     }
     if constexpr (can_share_memory) {
@@ -233,9 +238,10 @@ class ParameterServer {
   }
   // What a checkpoint of this composition records, and what resuming checks.
   static ps::ResumeExpectation resume_expectation(const Network& network, const Sync& sync, const Optimizer& optimizer,
-                                                  bool residuals) {
+                                                  bool residuals, bool velocities) {
     ps::ResumeExpectation e;
     e.residuals = residuals;
+    e.velocities = velocities;
     e.network = ps::describe_network(network);
     e.parameters = network.parameter_count();
     e.sync = fmt::format("{} (staleness {})", Sync::name, sync.staleness());
@@ -267,6 +273,8 @@ class ParameterServer {
   const Options& options() const { return options_; }
   // Whether the workers keep residuals (compressed pushes), which checkpoints hold.
   bool keeps_residuals() const { return compressed_pushes(options_); }
+  // Whether they keep velocities too (momentum correction), which checkpoints hold as well.
+  bool keeps_velocities() const { return options_.top_k_momentum != 0.0f; }
   const comm::Communicator& world() const { return world_; }
   // Whether this rank exchanges with some other rank through shared memory.
   bool uses_shared_memory() const { return node_peers_ > 0; }

@@ -2,7 +2,8 @@
 // Reading a checkpoint to resume from (ParameterServer::Options::resume): every rank reads and
 // checks the manifest against its own composition, each server reads its shard's parameters and
 // state arrays (from whichever old shard files hold them: the layout may differ), each worker of a
-// compressed-push run its residual (the sum of the old workers' that fall to it), and the ranks
+// compressed-push run its residual and, with momentum correction, its velocity (each the sum of
+// the old workers' that fall to it), and the ranks
 // agree on the verdict, so a bad checkpoint stops every rank with one sentence naming the file and
 // the reason, before anything is trained or written.
 #include <cstddef>
@@ -29,7 +30,8 @@ struct ResumeExpectation {
   std::size_t parameters = 0;
   std::string sync, optimizer;
   std::vector<std::string> state_arrays;
-  bool residuals = false;  // compressed pushes (top-k, scaled sign), whose workers keep residuals
+  bool residuals = false;   // compressed pushes (top-k, scaled sign), whose workers keep residuals
+  bool velocities = false;  // and with momentum correction, velocities
 };
 
 struct ResumedCheckpoint {
@@ -38,6 +40,7 @@ struct ResumedCheckpoint {
   std::vector<float> parameters;          // a server's shard, else empty
   std::vector<std::vector<float>> state;  // the same for each state array
   std::vector<float> residual;            // a compressed-push worker's, else empty (none saved: start from zero)
+  std::vector<float> velocity;            // the same with momentum correction
 };
 
 // Empty if the checkpoint fits the run, else why not.
@@ -60,22 +63,30 @@ inline std::string mismatch(const checkpoint::Manifest& m, const ResumeExpectati
                        "scaled-sign pushes (Options::sign_push, --sign-push)",
                        m.residuals.size());
   }
+  if (!m.velocities.empty() && !e.velocities) {
+    // The server's rule has no momentum then: the velocity is the run's only momentum.
+    return fmt::format("written with momentum correction: its {} workers' velocities hold the momentum, which a "
+                       "run without it would drop; resume with momentum correction (Options::top_k_momentum, "
+                       "--top-k-momentum)",
+                       m.velocities.size());
+  }
   return {};
 }
 
-// The residual of worker `worker` of `workers` resuming from checkpoint `dir`: the sum, in
-// old-worker order, of the residuals of the old workers w with w % workers == worker, so that the
-// workers together still hold back all the checkpoint's workers held (with as many workers, each
-// its own, exactly).
-inline std::vector<float> read_residual(const std::string& dir, const checkpoint::Manifest& m, int worker,
-                                        int workers) {
+// The residual (or velocity: `files` names which) of worker `worker` of `workers` resuming from
+// checkpoint `dir`: the sum, in old-worker order, of the old workers w's with w % workers ==
+// worker, so that the workers together still hold all the checkpoint's workers held (with as many
+// workers, each its own, exactly). Summing keeps a velocity's rule too: the workers' velocities
+// add up to m * (their sum) + (the gradients' sum) clock by clock, however they are split.
+inline std::vector<float> read_worker_sum(const std::string& dir, const checkpoint::Manifest& m,
+                                          const std::vector<checkpoint::FileEntry>& files, int worker, int workers) {
   std::vector<float> sum(m.parameters, 0.0f), one(m.parameters);
-  for (std::size_t w = static_cast<std::size_t>(worker); w < m.residuals.size(); w += static_cast<std::size_t>(workers)) {
-    const std::string path = (std::filesystem::path(dir) / m.residuals[w].name).string();
+  for (std::size_t w = static_cast<std::size_t>(worker); w < files.size(); w += static_cast<std::size_t>(workers)) {
+    const std::string path = (std::filesystem::path(dir) / files[w].name).string();
     // Read once: the checksum is of the bytes just read.
-    check_shard_present(path, m.residuals[w]);
+    check_shard_present(path, files[w]);
     checkpoint::ReadFile(path).read(0, one.data(), one.size() * sizeof(float));
-    check_checksum(path, checkpoint::crc32_update(0, one.data(), one.size() * sizeof(float)), m.residuals[w]);
+    check_checksum(path, checkpoint::crc32_update(0, one.data(), one.size() * sizeof(float)), files[w]);
     for (std::size_t i = 0; i < one.size(); ++i) sum[i] += one[i];
   }
   return sum;
@@ -98,7 +109,9 @@ inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const 
     if (world.rank() == 0) {
       // Missing and cut-short shard files are named here whoever reads them.
       for (const auto& f : r.manifest.files) check_shard_present((std::filesystem::path(r.path) / f.name).string(), f);
-      for (const auto& f : r.manifest.residuals) check_shard_present((std::filesystem::path(r.path) / f.name).string(), f);
+      for (const auto* list : {&r.manifest.residuals, &r.manifest.velocities}) {
+        for (const auto& f : *list) check_shard_present((std::filesystem::path(r.path) / f.name).string(), f);
+      }
     }
     if (shard) {
       ShardReader reader(r.path, r.manifest);
@@ -111,7 +124,10 @@ inline ResumedCheckpoint load_checkpoint(const comm::Communicator& world, const 
       }
     }
     if (worker && expected.residuals && !r.manifest.residuals.empty()) {
-      r.residual = read_residual(r.path, r.manifest, *worker, workers);
+      r.residual = read_worker_sum(r.path, r.manifest, r.manifest.residuals, *worker, workers);
+    }
+    if (worker && expected.velocities && !r.manifest.velocities.empty()) {
+      r.velocity = read_worker_sum(r.path, r.manifest, r.manifest.velocities, *worker, workers);
     }
   } catch (const std::exception& e) {
     problem = e.what();

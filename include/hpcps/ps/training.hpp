@@ -313,11 +313,6 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
                           world.rank() == 0);
   }
   report.checkpoint_bytes = checkpoint_bytes(ps);
-  if (!options.checkpoint.empty() && ps.options().top_k_momentum != 0.0f) {  // every rank knows this alike
-    throw CollectiveError("ps::train: checkpoints do not hold the workers' corrected momentum yet "
-                          "(ParameterServer Options::top_k_momentum): train without checkpoints, or without it",
-                          world.rank() == 0);
-  }
   if (!options.checkpoint.empty()) {
     // Found out now, not after the first hour: rank 0, the servers and compressing workers must be able to write.
     const bool writes = world.rank() == 0 || ps.is_server() || (ps.is_worker() && ps.keeps_residuals());

@@ -235,6 +235,14 @@ class Worker {
     }
     std::copy(residual.begin(), residual.end(), residual_.begin());
   }
+  // And with momentum correction its velocity, after set_momentum_correction.
+  void restore_velocity(const std::vector<float>& velocity) {
+    if (velocity_.empty() || velocity.size() != velocity_.size()) {
+      throw Error(fmt::format("ps::Worker: a velocity of {} values for {} parameters{}", velocity.size(),
+                              layout_.parameters(), velocity_.empty() ? " without momentum correction" : ""));
+    }
+    std::copy(velocity.begin(), velocity.end(), velocity_.begin());
+  }
 
   // A copy of the newest parameters this worker received.
   std::vector<float> parameters() const { return {params_, params_ + layout_.parameters()}; }
