@@ -164,32 +164,68 @@ TEST_CASE("a run resumed at an epoch boundary ends with the bits of the uninterr
   remove_folders(world);
 }
 
+namespace {
+
+// Trains 3 epochs whole, 1 with a checkpoint, then resumes that for 2, with top-k and with scaled
+// signs on every layout: the resumed run must end with the whole run's bits.
+template <class Server, class Optimizer>
+void check_compressed_resume(const hpcps::comm::Communicator& world, Optimizer optimizer, float momentum_correction) {
+  for (const bool sign : {false, true}) {
+    const double ratio = sign ? 0.0 : 0.1;
+    for (const int servers : layouts(world.size())) {
+      INFO("servers " << servers << (sign ? ", scaled sign" : ", top-k") << ", momentum correction "
+                      << momentum_correction);
+      const std::string folder = fresh_folder(world, sign ? "sign" : "top-k");
+      const auto go = [&](const hpcps::ps::TrainOptions& t, const std::string& resume) {
+        return run<Server>(world, servers, t, optimizer, resume, ratio, sign, momentum_correction);
+      };
+      const Outcome whole = go(train_options(3), {});
+      auto first = train_options(1);
+      first.checkpoint = folder;
+      const Outcome part = go(first, {});
+      CHECK(part.report.checkpoints == 1);
+      const Outcome resumed = go(train_options(3), folder);
+      if (world.rank() == 0) {
+        CHECK(resumed.report.epochs.size() == 2);
+        CHECK(resumed.parameters == whole.parameters);
+        CHECK(part.parameters != whole.parameters);  // the comparison can fail
+        const auto m = hpcps::checkpoint::read_manifest((fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string());
+        CHECK(m.residuals.size() == m.workers);
+        CHECK(m.velocities.size() == (momentum_correction != 0.0f ? m.workers : 0));
+      }
+    }
+  }
+  remove_folders(world);
+}
+
+// One epoch of top-k pushes (ratio 0.1) with every rank a worker, checkpointed into a fresh
+// folder `name`: returns the folder and its one checkpoint's directory.
+template <class Server, class Optimizer>
+std::pair<std::string, std::string> one_top_k_epoch(const hpcps::comm::Communicator& world, const std::string& name,
+                                                    Optimizer optimizer, float momentum_correction = 0.0f) {
+  const std::string folder = fresh_folder(world, name);
+  auto t = train_options(1);
+  t.checkpoint = folder;
+  run<Server>(world, 0, t, optimizer, {}, 0.1, false, momentum_correction);
+  return {folder, (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string()};
+}
+
+}  // namespace
+
 // Top-k and scaled-sign pushes hold part of every gradient back on the workers (ps/top_k.hpp,
 // ps/sign_push.hpp): a checkpoint that lost the residuals would resume to other bits, and lose
 // gradient for good.
 TEST_CASE("a top-k or scaled-sign run resumed at an epoch boundary ends with the bits of the uninterrupted run",
           "[checkpoint][top_k][sign]") {
-  const auto world = hpcps::comm::Communicator::world();
-  const hpcps::optim::MomentumSgd momentum(0.05f);
-  for (const bool sign : {false, true}) {
-    const double ratio = sign ? 0.0 : 0.1;
-    for (const int servers : layouts(world.size())) {
-      INFO("servers " << servers << (sign ? ", scaled sign" : ", top-k"));
-      const std::string folder = fresh_folder(world, sign ? "sign" : "top-k");
-      const Outcome whole = run<Ps>(world, servers, train_options(3), momentum, {}, ratio, sign);
-      auto first = train_options(1);
-      first.checkpoint = folder;
-      const Outcome part = run<Ps>(world, servers, first, momentum, {}, ratio, sign);
-      CHECK(part.report.checkpoints == 1);
-      const Outcome resumed = run<Ps>(world, servers, train_options(3), momentum, folder, ratio, sign);
-      if (world.rank() == 0) {
-        CHECK(resumed.report.epochs.size() == 2);
-        CHECK(resumed.parameters == whole.parameters);
-        CHECK(part.parameters != whole.parameters);  // the comparison can fail
-      }
-    }
-  }
-  remove_folders(world);
+  check_compressed_resume<Ps>(hpcps::comm::Communicator::world(), hpcps::optim::MomentumSgd(0.05f), 0.0f);
+}
+
+// Momentum correction keeps the momentum on the workers (ps/top_k.hpp), as velocities: a checkpoint
+// that lost them would resume to other bits, and, the server's rule having no momentum, lose the
+// momentum altogether.
+TEST_CASE("a run with momentum correction resumed at an epoch boundary ends with the bits of the uninterrupted run",
+          "[checkpoint][top_k][sign]") {
+  check_compressed_resume<SgdPs>(hpcps::comm::Communicator::world(), hpcps::optim::StandardSgd(0.05f), 0.9f);
 }
 
 // Fewer (or more) workers than wrote the checkpoint: new worker w' holds the sum of the old
@@ -198,11 +234,7 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
           "[checkpoint][top_k]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::MomentumSgd momentum(0.05f);
-  const std::string folder = fresh_folder(world, "top-k-relayout");
-  auto t = train_options(1);
-  t.checkpoint = folder;
-  run<Ps>(world, 0, t, momentum, {}, 0.1);  // every rank a worker
-  const std::string dir = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
+  const auto [folder, dir] = one_top_k_epoch<Ps>(world, "top-k-relayout", momentum);
   const std::size_t n = network().parameter_count();
   const auto written = read_worker_files(dir, hpcps::checkpoint::residual_file, static_cast<std::size_t>(world.size()), n);
   std::size_t nonzero = 0;
@@ -248,36 +280,6 @@ TEST_CASE("a top-k checkpoint resumes on another number of workers with every re
   remove_folders(world);
 }
 
-// Momentum correction keeps the momentum on the workers (ps/top_k.hpp), as velocities: a checkpoint
-// that lost them would resume to other bits, and with a momentum-free server rule lose the
-// momentum altogether.
-TEST_CASE("a run with momentum correction resumed at an epoch boundary ends with the bits of the uninterrupted run",
-          "[checkpoint][top_k][sign]") {
-  const auto world = hpcps::comm::Communicator::world();
-  const hpcps::optim::StandardSgd sgd(0.05f);
-  for (const bool sign : {false, true}) {
-    const double ratio = sign ? 0.0 : 0.1;
-    for (const int servers : layouts(world.size())) {
-      INFO("servers " << servers << (sign ? ", scaled sign" : ", top-k"));
-      const std::string folder = fresh_folder(world, sign ? "sign-mc" : "top-k-mc");
-      const Outcome whole = run<SgdPs>(world, servers, train_options(3), sgd, {}, ratio, sign, 0.9f);
-      auto first = train_options(1);
-      first.checkpoint = folder;
-      const Outcome part = run<SgdPs>(world, servers, first, sgd, {}, ratio, sign, 0.9f);
-      CHECK(part.report.checkpoints == 1);
-      const Outcome resumed = run<SgdPs>(world, servers, train_options(3), sgd, folder, ratio, sign, 0.9f);
-      if (world.rank() == 0) {
-        CHECK(resumed.report.epochs.size() == 2);
-        CHECK(resumed.parameters == whole.parameters);
-        CHECK(part.parameters != whole.parameters);  // the comparison can fail
-        const auto m = hpcps::checkpoint::read_manifest((fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string());
-        CHECK(m.velocities.size() == m.workers);
-      }
-    }
-  }
-  remove_folders(world);
-}
-
 // On another number of workers each new worker's velocity is the sum of the old ones that fall to
 // it, like its residual; a run without momentum correction is refused (its server rule has no
 // momentum, so the velocities would be dropped), and a checkpoint without velocities starts them
@@ -286,11 +288,7 @@ TEST_CASE("a checkpoint with momentum correction resumes on another number of wo
           "[checkpoint][top_k]") {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::optim::StandardSgd sgd(0.05f);
-  const std::string folder = fresh_folder(world, "top-k-mc-relayout");
-  auto t = train_options(1);
-  t.checkpoint = folder;
-  run<SgdPs>(world, 0, t, sgd, {}, 0.1, false, 0.9f);  // every rank a worker
-  const std::string dir = (fs::path(folder) / hpcps::checkpoint::checkpoint_name(13)).string();
+  const auto [folder, dir] = one_top_k_epoch<SgdPs>(world, "top-k-mc-relayout", sgd, 0.9f);
   const std::size_t n = network().parameter_count();
   const auto ranks = static_cast<std::size_t>(world.size());
   const auto velocities = read_worker_files(dir, hpcps::checkpoint::velocity_file, ranks, n);
@@ -316,9 +314,7 @@ TEST_CASE("a checkpoint with momentum correction resumes on another number of wo
                           (Catch::Contains("MANIFEST") && Catch::Contains("written with momentum correction") &&
                            Catch::Contains("--top-k-momentum")));
   // A top-k checkpoint without momentum correction: the velocities start at zero.
-  const std::string plain = fresh_folder(world, "top-k-no-mc");
-  t.checkpoint = plain;
-  run<SgdPs>(world, 0, t, sgd, {}, 0.1);
+  const std::string plain = one_top_k_epoch<SgdPs>(world, "top-k-no-mc", sgd).first;
   SgdPs ps(world, network(), hpcps::backend::Cpu(1), options<SgdPs>(0, plain, 0.1, false, 0.9f), {}, sgd);
   CHECK(ps.worker().velocity() == std::vector<float>(n, 0.0f));
   remove_folders(world);
