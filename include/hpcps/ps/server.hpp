@@ -48,6 +48,7 @@
 #include "hpcps/error.hpp"
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/ps/detail/aggregate.hpp"
+#include "hpcps/ps/detail/compressed_slots.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/sign_push.hpp"
 #include "hpcps/ps/top_k.hpp"
@@ -93,8 +94,7 @@ class Server {
     }
     counts_.assign(workers, 0.0f);
     if (top_k_ > 0.0 && sign_) throw Error("ps::Server: a push is either top-k or scaled-sign, not both");
-    if (top_k_ > 0.0) prepare_top_k(workers);
-    if (sign_) prepare_sign(workers);
+    if (compressed()) prepare_compressed(workers);
     in_place_.assign(workers, nullptr);
     inboxes_.resize(workers);  // fp32: allocated on first use, for the workers whose pushes arrive as messages
     if (push_wire != WireFormat::fp32) {
@@ -621,10 +621,8 @@ class Server {
   // params_[p] <- the rule applied to the sum of the contributors' piece p (shard-relative), in
   // contributors_' order.
   void aggregate(data::Range p, float scale) {
-    if (top_k_ > 0.0) {
-      aggregate_top_k(p, scale);
-    } else if (sign_) {
-      aggregate_sign(p, scale);
+    if (compressed()) {
+      aggregate_compressed(p, scale);
     } else if (push_wire_ == WireFormat::fp32) {
       piece_slices_.clear();
       for (std::size_t w : contributors_) {
@@ -640,9 +638,10 @@ class Server {
                                  block_.data());
     }
   }
-  // Each piece inside p (whole pieces: one, or the shard): the contributors' pairs added into a
-  // zeroed piece in contributors_' order, then the rule.
-  void aggregate_top_k(data::Range p, float scale) {
+  // Each piece inside p (whole pieces: one, or the shard): the contributors' pushes added into a
+  // zeroed piece in contributors_' order (top-k: their pairs; scaled sign: their +-scales), then
+  // the rule.
+  void aggregate_compressed(data::Range p, float scale) {
     for (std::size_t k = 0; k < pieces_.size(); ++k) {
       const data::Range piece = pieces_[k];
       if (piece.begin < p.begin || piece.end > p.end) continue;
@@ -650,85 +649,30 @@ class Server {
       std::fill(sum, sum + piece.size(), 0.0f);
       const auto base = static_cast<std::uint32_t>(range_.begin + piece.begin);
       for (std::size_t w : contributors_) {
-        const std::size_t at = w * sparse_stride_ + sparse_offset_[k];
-        scatter_add(sparse_indices_.data() + at, sparse_values_.data() + at, sparse_count_[k], base, sum);
-      }
-      optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
-    }
-  }
-  // The same for scaled-sign pushes: each contributor's +-scales added into a zeroed piece.
-  void aggregate_sign(data::Range p, float scale) {
-    for (std::size_t k = 0; k < pieces_.size(); ++k) {
-      const data::Range piece = pieces_[k];
-      if (piece.begin < p.begin || piece.end > p.end) continue;
-      float* sum = piece_sum_.data();
-      std::fill(sum, sum + piece.size(), 0.0f);
-      for (std::size_t w : contributors_) {
-        add_signs(sign_scales_.data() + w * sign_scale_stride_ + sign_scale_offset_[k],
-                  sign_words_.data() + w * sign_word_stride_ + sign_word_offset_[k], piece.size(), sum);
+        if (sign_) {
+          add_signs(slots_.floats(w, k), slots_.words(w, k), piece.size(), sum);
+        } else {
+          scatter_add(slots_.words(w, k), slots_.floats(w, k), slots_.piece(k).floats, base, sum);
+        }
       }
       optimizer_.step(state_, piece.begin, params_ + piece.begin, sum, scale, piece.size(), stats_.updates);
     }
   }
   bool compressed() const { return top_k_ > 0.0 || sign_; }
-  // Top-k pushes: per piece, how many pairs each worker sends and where they start in a worker's
-  // share of the value and index inboxes; every (worker, piece) receive built once over them.
-  void prepare_top_k(std::size_t workers) {
-    check_top_k(top_k_, push_wire_, "ps::Server");
+  // Compressed pushes: per piece, top-k's ceil(top_k * size) values and indices, or scaled sign's
+  // scales and words of signs; a copy for each worker, and every (worker, piece) receive over it,
+  // [count,] floats, words.
+  void prepare_compressed(std::size_t workers) {
+    std::vector<detail::CompressedPiece> sizes;
     std::size_t largest = 0;
-    sparse_stride_ = 0;
-    for (const data::Range& piece : pieces_) {
-      sparse_offset_.push_back(sparse_stride_);
-      sparse_count_.push_back(top_k_count(top_k_, piece.size()));
-      sparse_stride_ += sparse_count_.back();
-      largest = std::max(largest, piece.size());
+    for (std::size_t k = 0; k < pieces_.size(); ++k) {
+      sizes.push_back(detail::compressed_piece(top_k_, push_wire_, pieces_[k].size(), k == 0, "ps::Server"));
+      largest = std::max(largest, pieces_[k].size());
     }
-    sparse_values_.assign(workers * sparse_stride_, 0.0f);
-    sparse_indices_.assign(workers * sparse_stride_, 0);
+    std::vector<float*> counts;
+    for (std::size_t w = 0; w < workers; ++w) counts.push_back(&counts_[w]);
+    slots_ = detail::CompressedSlots(sizes, counts);
     piece_sum_.assign(largest, 0.0f);
-    for (std::size_t w = 0; w < workers; ++w) {
-      for (std::size_t k = 0; k < pieces_.size(); ++k) {
-        const std::size_t at = w * sparse_stride_ + sparse_offset_[k], n = sparse_count_[k];
-        if (k == 0) {
-          compressed_receive_.emplace_back(
-              comm::Segments{{&counts_[w], 1}, {sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
-        } else {
-          compressed_receive_.emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
-        }
-      }
-    }
-  }
-  // Scaled-sign pushes: per piece, where its scales and words start in a worker's share of the
-  // scale and word inboxes; every (worker, piece) receive, [count,] scales, words, built once over
-  // the inboxes.
-  void prepare_sign(std::size_t workers) {
-    if (push_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Server: scaled-sign pushes send bits and fp32 scales; the push wire is {}",
-                              wire_name(push_wire_)));
-    }
-    std::size_t largest = 0;
-    for (const data::Range& piece : pieces_) {
-      sign_scale_offset_.push_back(sign_scale_stride_);
-      sign_word_offset_.push_back(sign_word_stride_);
-      sign_scale_stride_ += sign_scales(piece.size());
-      sign_word_stride_ += sign_words(piece.size());
-      largest = std::max(largest, piece.size());
-    }
-    sign_scales_.assign(workers * sign_scale_stride_, 0.0f);
-    sign_words_.assign(workers * sign_word_stride_, 0);
-    piece_sum_.assign(largest, 0.0f);
-    for (std::size_t w = 0; w < workers; ++w) {
-      for (std::size_t k = 0; k < pieces_.size(); ++k) {
-        const float* scales = sign_scales_.data() + w * sign_scale_stride_ + sign_scale_offset_[k];
-        const std::uint32_t* words = sign_words_.data() + w * sign_word_stride_ + sign_word_offset_[k];
-        const std::size_t m = sign_scales(pieces_[k].size()), n = sign_words(pieces_[k].size());
-        if (k == 0) {
-          compressed_receive_.emplace_back(comm::Segments{{&counts_[w], 1}, {scales, m}, {words, n}});
-        } else {
-          compressed_receive_.emplace_back(comm::Segments{{scales, m}, {words, n}});
-        }
-      }
-    }
   }
   // The 16-bit copy a 16-bit pull sends, of the shard's [begin, end) (no-op for fp32 pulls).
   void encode_parameters(std::size_t begin, std::size_t end) {
@@ -762,7 +706,7 @@ class Server {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
     if (shares_memory_with(worker)) return world_.irecv(&counts_[worker], k == 0 ? 1 : 0, rank, tags::push_piece(k));
-    if (compressed()) return compressed_receive_[worker * pieces_.size() + k].irecv(world_, rank, tags::push_piece(k));
+    if (compressed()) return slots_.message(worker, k).irecv(world_, rank, tags::push_piece(k));
     if (push_wire_ != WireFormat::fp32) {
       if (k == 0) return first_piece_[worker].irecv(world_, rank, tags::push_piece(0));
       return world_.irecv(inbox_wire(worker) + p.begin, p.size(), rank, tags::push_piece(k));
@@ -784,20 +728,10 @@ class Server {
   std::vector<std::vector<float>> inboxes_;  // fp32 pushes received, by worker: [count, slice]
   typename Optimizer::State state_;
   double top_k_ = 0.0;  // 0: dense pushes
-  // Top-k pushes (prepare_top_k): by piece, pairs per worker and their offset in a worker's share;
-  // the inboxes, worker after worker, sparse_stride_ pairs each; a piece's sum; the receives.
-  std::vector<std::size_t> sparse_offset_, sparse_count_;
-  std::size_t sparse_stride_ = 0;
-  std::vector<float> sparse_values_, piece_sum_;
-  std::vector<std::uint32_t> sparse_indices_;
   bool sign_ = false;  // scaled-sign pushes
-  // Scaled-sign pushes (prepare_sign): by piece, where its scales and words start in a worker's
-  // share; the scales and the words, worker after worker, a stride of each per worker.
-  std::vector<std::size_t> sign_scale_offset_, sign_word_offset_;
-  std::size_t sign_scale_stride_ = 0, sign_word_stride_ = 0;
-  std::vector<float> sign_scales_;
-  std::vector<std::uint32_t> sign_words_;
-  std::vector<comm::Segments> compressed_receive_;  // by worker and piece: top-k or scaled-sign receives
+  // Compressed pushes (prepare_compressed): each worker's, with the receives; a piece's sum.
+  detail::CompressedSlots slots_;
+  std::vector<float> piece_sum_;
   std::vector<std::uint16_t> inbox_wire_, params_wire_;  // 16-bit pushes received, 16-bit copy for pulls
   std::vector<float> counts_;  // each worker's sample count: 16-bit pushes, and workers sharing memory
   std::vector<comm::Segments> first_piece_;              // 16-bit pushes: [count, piece 0] receive, by worker

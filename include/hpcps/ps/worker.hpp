@@ -38,6 +38,7 @@
 #include "hpcps/metrics/stopwatch.hpp"
 #include "hpcps/nn/batch_stats.hpp"
 #include "hpcps/nn/network_traits.hpp"
+#include "hpcps/ps/detail/compressed_slots.hpp"
 #include "hpcps/ps/layout.hpp"
 #include "hpcps/ps/sign_push.hpp"
 #include "hpcps/ps/top_k.hpp"
@@ -113,8 +114,7 @@ class Worker {
     }
     std::size_t pieces = 0;
     if (top_k_ > 0.0 && sign_) throw Error("ps::Worker: a push is either top-k or scaled-sign, not both");
-    if (top_k_ > 0.0) prepare_top_k();
-    if (sign_) prepare_sign();
+    if (compressed()) prepare_compressed();
     describe_first_pushes();
     node_params_.assign(static_cast<std::size_t>(layout.servers()), nullptr);
     for (int s = 0; s < layout.servers(); ++s) {
@@ -345,76 +345,23 @@ class Worker {
   }
 
  private:
-  // Top-k: each piece's share of the value and index buffers, and its message, [count,] values,
-  // indices, over them (the buffers never move, so the datatypes are built once).
-  void prepare_top_k() {
-    check_top_k(top_k_, push_wire_, "ps::Worker");
-    std::size_t total = 0, largest = 0;
-    sparse_offset_.resize(static_cast<std::size_t>(layout_.servers()));
-    sparse_count_.resize(sparse_offset_.size());
+  // Compressed pushes: every piece's share of the buffers (top-k: ceil(top_k * size) values and
+  // indices; scaled sign: its scales and words of signs) and its message, [count,] floats, words;
+  // the residual; top-k's selector.
+  void prepare_compressed() {
+    std::vector<detail::CompressedPiece> sizes;
+    std::size_t largest = 0;
     for (int s = 0; s < layout_.servers(); ++s) {
+      first_slot_.push_back(sizes.size());
       for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
         const std::size_t n = layout_.piece(s, k).size();
-        sparse_offset_[static_cast<std::size_t>(s)].push_back(total);
-        sparse_count_[static_cast<std::size_t>(s)].push_back(top_k_count(top_k_, n));
-        total += sparse_count_[static_cast<std::size_t>(s)].back();
+        sizes.push_back(detail::compressed_piece(top_k_, push_wire_, n, k == 0, "ps::Worker"));
         largest = std::max(largest, n);
       }
     }
     residual_.assign(layout_.parameters(), 0.0f);
-    sparse_values_.assign(total, 0.0f);
-    sparse_indices_.assign(total, 0);
-    selector_ = TopKSelector(largest);
-    compressed_push_.resize(sparse_offset_.size());
-    for (int s = 0; s < layout_.servers(); ++s) {
-      const auto server = static_cast<std::size_t>(s);
-      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
-        const std::size_t at = sparse_offset_[server][k], n = sparse_count_[server][k];
-        if (k == 0) {
-          compressed_push_[server].emplace_back(
-              comm::Segments{{&count_slot_, 1}, {sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
-        } else {
-          compressed_push_[server].emplace_back(comm::Segments{{sparse_values_.data() + at, n}, {sparse_indices_.data() + at, n}});
-        }
-      }
-    }
-  }
-  // Scaled sign: every piece's scales and words of signs, side by side for every piece, and each
-  // piece's message, [count,] scales, words, over them.
-  void prepare_sign() {
-    if (push_wire_ != WireFormat::fp32) {
-      throw Error(fmt::format("ps::Worker: scaled-sign pushes send bits and fp32 scales; the push wire is {}",
-                              wire_name(push_wire_)));
-    }
-    std::size_t scales = 0, words = 0;
-    for (int s = 0; s < layout_.servers(); ++s) {
-      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
-        scales += sign_scales(layout_.piece(s, k).size());
-        words += sign_words(layout_.piece(s, k).size());
-      }
-    }
-    residual_.assign(layout_.parameters(), 0.0f);
-    sign_scales_.assign(scales, 0.0f);
-    sign_words_.assign(words, 0);
-    sign_slot_.resize(static_cast<std::size_t>(layout_.servers()));
-    compressed_push_.resize(sign_slot_.size());
-    std::size_t scale_at = 0, word_at = 0;
-    for (int s = 0; s < layout_.servers(); ++s) {
-      const auto server = static_cast<std::size_t>(s);
-      for (std::size_t k = 0; k < layout_.pieces(s); ++k) {
-        const std::size_t m = sign_scales(layout_.piece(s, k).size()), n = sign_words(layout_.piece(s, k).size());
-        sign_slot_[server].push_back({scale_at, word_at});
-        if (k == 0) {
-          compressed_push_[server].emplace_back(
-              comm::Segments{{&count_slot_, 1}, {sign_scales_.data() + scale_at, m}, {sign_words_.data() + word_at, n}});
-        } else {
-          compressed_push_[server].emplace_back(
-              comm::Segments{{sign_scales_.data() + scale_at, m}, {sign_words_.data() + word_at, n}});
-        }
-        scale_at += m;
-        word_at += n;
-      }
-    }
+    if (top_k_ > 0.0) selector_ = TopKSelector(largest);
+    slots_ = detail::CompressedSlots(sizes, {&count_slot_});
   }
   bool compressed() const { return top_k_ > 0.0 || sign_; }
   void start_local_server() {
@@ -489,21 +436,18 @@ class Worker {
         accumulate_velocity(gradient, velocity_.data() + p.begin, p.size(), momentum_correction_);
         gradient = velocity_.data() + p.begin;
       }
+      const std::size_t slot = first_slot_[server] + k;
       if (sign_) {
-        const SignSlot slot = sign_slot_[server][k];
-        compress_sign(gradient, residual_.data() + p.begin, p.size(), sign_scales_.data() + slot.scales,
-                      sign_words_.data() + slot.words);
+        compress_sign(gradient, residual_.data() + p.begin, p.size(), slots_.floats(0, slot), slots_.words(0, slot));
       } else {
-        const std::size_t at = sparse_offset_[server][k];
-        selector_.compress(gradient, residual_.data() + p.begin, p.size(), sparse_count_[server][k],
-                           static_cast<std::uint32_t>(p.begin), sparse_indices_.data() + at,
-                           sparse_values_.data() + at);
+        selector_.compress(gradient, residual_.data() + p.begin, p.size(), slots_.piece(slot).floats,
+                           static_cast<std::uint32_t>(p.begin), slots_.words(0, slot), slots_.floats(0, slot));
       }
-      sends_.add(compressed_push_[server][k].isend(world_, rank, tag));
+      sends_.add(slots_.message(0, slot).isend(world_, rank, tag));
     } else if (k == 0) {
       sends_.add(count_only_push_[server].isend(world_, rank, tag));
     } else {
-      sends_.add(world_.isend(sparse_values_.data(), 0, rank, tag));
+      sends_.add(world_.isend(&count_slot_, 0, rank, tag));
     }
   }
   void send_push_clock() {
@@ -606,25 +550,16 @@ class Worker {
   bool uploads_pending_ = false;     // a device backend may still be reading params_ (post_pulls)
   bool overlap_ = false;
   double top_k_ = 0.0;  // 0: dense pushes
-  // Top-k pushes (prepare_top_k): the residual, the selector's scratch, the selected values and
-  // indices of every piece side by side, and, by server and piece, where its share starts, how
-  // many it sends and its message.
-  std::vector<float> residual_, sparse_values_;
-  std::vector<std::uint32_t> sparse_indices_;
+  // Compressed pushes (prepare_compressed): the residual, top-k's selector, the momentum
+  // correction's velocity, and the buffers and messages, piece first_slot_[s] + k for piece k of
+  // server s.
+  std::vector<float> residual_;
   TopKSelector selector_;
   float momentum_correction_ = 0.0f;
   std::vector<float> velocity_;  // with momentum correction, else empty
-  std::vector<std::vector<std::size_t>> sparse_offset_, sparse_count_;
   bool sign_ = false;  // scaled-sign pushes
-  // Scaled-sign pushes (prepare_sign): every piece's scales and words of signs; by server and
-  // piece, where they start.
-  struct SignSlot {
-    std::size_t scales, words;
-  };
-  std::vector<float> sign_scales_;
-  std::vector<std::uint32_t> sign_words_;
-  std::vector<std::vector<SignSlot>> sign_slot_;
-  std::vector<std::vector<comm::Segments>> compressed_push_;  // by server and piece: top-k or scaled-sign messages
+  detail::CompressedSlots slots_;
+  std::vector<std::size_t> first_slot_;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
   const comm::SharedWindow* shared_window_ = nullptr;
   comm::RequestSet sends_, receives_;
