@@ -8,7 +8,9 @@
 #   3. the Fashion-MNIST examples under mpiexec with --backend cuda, then the same with --backend cpu:
 #      the MLP (1 and 3 workers, 1 server, 2 epochs) and the CNN (2 workers, 1 server, 1 epoch of
 #      20,000 samples).
-# Without a GPU the runs are skipped ("no GPU: skipped"); bench/gpu/rehearse.sh runs it so in CI.
+# Without a GPU the runs are skipped ("no GPU: skipped"), and the check is instead that each CUDA
+# program stops with one line (test_backends_cuda exits 77; fashion_mnist_mlp_cuda --backend cuda
+# names the rank without a device); bench/gpu/rehearse.sh runs it so in CI.
 # The whole script ends within HPCPS_GPU_BUDGET seconds (default 470, inside a lent machine's
 # 8 minutes): every step has its own limit, cut to what is left, and a step with too little left is
 # skipped with a line saying so.
@@ -201,6 +203,27 @@ result launcher "$(status_of $rc)" "$(status_of $rc) in $last_seconds s (mpiexec
 
 gpu_names=$(nvidia-smi -L 2>/dev/null | grep '^GPU')
 if [[ -z "$gpu_names" ]]; then
+  # What a node without a GPU sees (CI's rehearsal): each CUDA program stops, one line says why.
+  step "no GPU: the CUDA programs stop with one line"
+  limited 30 env CUDA_VISIBLE_DEVICES= "$build/tests/test_backends_cuda" >"$work/no_device.test.log" 2>&1
+  rc=$?
+  tail -n 2 "$work/no_device.test.log"
+  if ((rc == 77)); then
+    result no_device.test_backends_cuda ok "exit 77 (skipped) in $last_seconds s"
+  else
+    result no_device.test_backends_cuda "$( ((rc == 124)) && echo timeout || echo fail)" "exit $rc, not 77"
+  fi
+  limited 30 env CUDA_VISIBLE_DEVICES= "$mpiexec" -iface lo -n 2 "$build/examples/fashion_mnist_mlp_cuda" --data "$data" \
+    --backend cuda --epochs 1 >"$work/no_device.mlp.log" 2>&1
+  rc=$?
+  expected="--backend cuda: rank 0 has no usable CUDA device"
+  tail -n 2 "$work/no_device.mlp.log"
+  if ((rc != 0 && rc != 124)) && [[ $(grep -cF -- "$expected" "$work/no_device.mlp.log") == 1 ]]; then
+    result no_device.fashion_mnist_mlp_cuda ok "exit $rc with '$expected' once, in $last_seconds s"
+  else
+    result no_device.fashion_mnist_mlp_cuda "$( ((rc == 124)) && echo timeout || echo fail)" \
+      "exit $rc, '$expected' printed $(grep -cF -- "$expected" "$work/no_device.mlp.log") times (once expected)"
+  fi
   step "no GPU: skipped the runs"
   for name in equivalence throughput cuda_calls_per_step accuracy.mlp.cuda.n2 accuracy.mlp.cuda.n4 accuracy.cnn.cuda.n3 \
     accuracy.mlp.cpu.n2 accuracy.cnn.cpu.n3 accuracy.mlp.cpu.n4; do
