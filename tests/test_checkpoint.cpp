@@ -320,46 +320,46 @@ TEST_CASE("a checkpoint with momentum correction resumes on another number of wo
   remove_folders(world);
 }
 
-TEST_CASE("a manifest lists one residual file per worker, of the parameters' size, or none", "[checkpoint][top_k]") {
-  hpcps::checkpoint::Manifest m;
+TEST_CASE("a manifest lists one residual (and velocity) file per worker, of the parameters' size, or none",
+          "[checkpoint][top_k]") {
+  namespace ck = hpcps::checkpoint;
+  ck::Manifest m;
   m.network = "mlp[12-16-4]-tanh";
   m.parameters = 100;
   m.clocks_per_epoch = 10;
   m.workers = 2;
   m.shards = {{0, 100}};
-  m.files = {{hpcps::checkpoint::shard_file(0), 400, 7}};
-  CHECK(hpcps::checkpoint::parse(hpcps::checkpoint::to_text(m), "M").residuals.empty());
-  m.residuals = {{hpcps::checkpoint::residual_file(0), 400, 1}, {hpcps::checkpoint::residual_file(1), 400, 2}};
-  const auto back = hpcps::checkpoint::parse(hpcps::checkpoint::to_text(m), "M");
-  REQUIRE(back.residuals.size() == 2);
-  CHECK(back.residuals[1].name == "residual-00001.bin");
-  CHECK(back.residuals[1].crc == 2);
-  const auto refused = [](hpcps::checkpoint::Manifest bad, const std::string& reason) {
-    CHECK_THROWS_WITH(hpcps::checkpoint::parse(hpcps::checkpoint::to_text(bad), "M"), Catch::Contains(reason));
+  m.files = {{ck::shard_file(0), 400, 7}};
+  CHECK(ck::parse(ck::to_text(m), "M").residuals.empty());
+  m.residuals = {{ck::residual_file(0), 400, 1}, {ck::residual_file(1), 400, 2}};
+  const auto refused = [](ck::Manifest bad, const std::string& reason) {
+    CHECK_THROWS_WITH(ck::parse(ck::to_text(bad), "M"), Catch::Contains(reason));
   };
-  auto one = m;
-  one.residuals.pop_back();
-  refused(one, "1 residual files for 2 workers");
-  auto renamed = m;
-  renamed.residuals[1].name = hpcps::checkpoint::residual_file(0);
-  refused(renamed, "residual 1 is 'residual-00000.bin', not 'residual-00001.bin'");
-  auto short_file = m;
-  short_file.residuals[0].bytes = 396;
-  refused(short_file, "residual-00000.bin is listed with 396 bytes; 100 parameters need 400");
-  // With momentum correction, one velocity file per worker beside the residuals.
+  // The residuals alone, then with momentum correction the velocities beside them: each list is
+  // read back, and refused short, misnamed or with a file of the wrong size.
+  using List = std::vector<ck::FileEntry> ck::Manifest::*;
+  const auto check_list = [&](const ck::Manifest& good, List list, const std::string& what,
+                              std::string (*name)(std::size_t)) {
+    INFO(what);
+    const auto back = ck::parse(ck::to_text(good), "M");
+    REQUIRE((back.*list).size() == 2);
+    CHECK((back.*list)[1].name == name(1));
+    CHECK((back.*list)[1].crc == (good.*list)[1].crc);
+    auto one = good;
+    (one.*list).pop_back();
+    refused(one, "1 " + what + " files for 2 workers");
+    auto renamed = good;
+    (renamed.*list)[1].name = name(0);
+    refused(renamed, what + " 1 is '" + name(0) + "', not '" + name(1) + "'");
+    auto short_file = good;
+    (short_file.*list)[0].bytes = 396;
+    refused(short_file, name(0) + " is listed with 396 bytes; 100 parameters need 400");
+  };
+  check_list(m, &ck::Manifest::residuals, "residual", ck::residual_file);
   auto corrected = m;
-  corrected.velocities = {{hpcps::checkpoint::velocity_file(0), 400, 3}, {hpcps::checkpoint::velocity_file(1), 400, 4}};
-  const auto corrected_back = hpcps::checkpoint::parse(hpcps::checkpoint::to_text(corrected), "M");
-  REQUIRE(corrected_back.velocities.size() == 2);
-  CHECK(corrected_back.velocities[1].name == "velocity-00001.bin");
-  CHECK(corrected_back.velocities[1].crc == 4);
-  CHECK(corrected_back.residuals.size() == 2);
-  auto one_velocity = corrected;
-  one_velocity.velocities.pop_back();
-  refused(one_velocity, "1 velocity files for 2 workers");
-  auto velocity_renamed = corrected;
-  velocity_renamed.velocities[0].name = hpcps::checkpoint::residual_file(0);
-  refused(velocity_renamed, "velocity 0 is 'residual-00000.bin', not 'velocity-00000.bin'");
+  corrected.velocities = {{ck::velocity_file(0), 400, 3}, {ck::velocity_file(1), 400, 4}};
+  check_list(corrected, &ck::Manifest::velocities, "velocity", ck::velocity_file);
+  CHECK(ck::parse(ck::to_text(corrected), "M").residuals.size() == 2);
   auto no_residuals = corrected;
   no_residuals.residuals.clear();
   refused(no_residuals, "velocity files without residual files");
