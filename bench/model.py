@@ -891,8 +891,12 @@ def link_only(args, rates):
         else:
             print(f"{path} not found: skipped", file=sys.stderr)
     sizes = layer_sizes(args.small_hidden)
+    cnn_steps = None
+    if args.cnn_step:
+        with open(args.cnn_step) as f:
+            cnn_steps = json.load(f)
     rows = model_link.validate_link(link_rates, message, exchange, top_k_rates, studies, sizes, parameter_count(sizes),
-                                    args.optimizer)
+                                    args.optimizer, cnn_steps)
     model_link.print_link_validation(rows)
     errors = [abs(r["samples_per_second_error"]) for r in rows]
     within = sum(e <= 0.15 for e in errors)
@@ -900,13 +904,18 @@ def link_only(args, rates):
           f"max {max(errors) * 100:.0f}%")
     models = [{"sizes": layer_sizes(args.small_hidden), "worker_batch": args.small_worker_batch},
               {"sizes": layer_sizes(args.big_hidden), "worker_batch": args.big_worker_batch}]
+    if cnn_steps is not None:
+        params, compute = model_link.cnn_step_seconds(cnn_steps, args.small_worker_batch)
+        models.insert(1, {"name": "cnn", "parameters": params, "compute": compute,
+                          "worker_batch": args.small_worker_batch})
     ext = model_link.extrapolate_link(rates, top_k_rates, models, [int(w) for w in args.link_workers.split(",")],
                                       [float(g) for g in args.link_gbits.split(",")], args.link_alpha, args.optimizer)
     model_link.print_link_extrapolation(ext, args.link_alpha)
     plot = os.path.splitext(args.out)[0] + ".png"
     model_link.plot_link(rows, ext, plot)
     out = {"benchmark": "model_link", "rates_file": args.rates, "link_rates_file": args.link_rates,
-           "top_k_rates_file": args.top_k_rates, "studies": [p for p, _ in studies], "optimizer": args.optimizer,
+           "top_k_rates_file": args.top_k_rates, "cnn_step_file": args.cnn_step,
+           "studies": [p for p, _ in studies], "optimizer": args.optimizer,
            "link_table": table, "equations": model_link.__doc__, "validation": rows,
            "validation_within_15_percent": f"{within}/{len(rows)}",
            "extrapolation_assumed_alpha_seconds": args.link_alpha, "extrapolation": ext, "plot": plot}
@@ -959,6 +968,9 @@ def main():
                         "measured the day of --link-rates")
     p.add_argument("--top-k-rates", default="bench/results/top_k_rates_link.json",
                    help="bench/top_k_rates output, measured the day of --link-rates")
+    p.add_argument("--cnn-step", default=None,
+                   help="bench/cnn_step output at the CNN runs' worker batch, one thread, measured the day of "
+                        "--link-rates: the compute of the CNN link studies (bench/link_study.py --model cnn)")
     p.add_argument("--link-alpha", type=float, default=25e-6, help="extrapolation: ASSUMED one-way latency, seconds")
     p.add_argument("--link-gbits", default="1,10,25,100", help="extrapolation: link bandwidths, Gbit/s")
     p.add_argument("--link-workers", default="64,256,1024", help="extrapolation: worker counts")

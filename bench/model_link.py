@@ -92,9 +92,11 @@ def encode_seconds(top_k_rates, wire, floats):
 
 
 def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, worker_batch, wire, optimizer,
-                  exchange=None):
+                  exchange=None, compute=None):
     """One clock. `exchange`, where measured, times a colocated phase with 2 ranks, in which both
-    send at once over the two directions of one link; otherwise (W - 1) t(m)."""
+    send at once over the two directions of one link; otherwise (W - 1) t(m). `compute`, where
+    given, is the measured gradient seconds of the worker's batch (the CNN's, from bench/cnn_step);
+    otherwise the MLP of `sizes` from the GEMM rates."""
     from model import server_seconds  # noqa: E402
     colocated = servers == 0
     shards = workers if colocated else servers
@@ -102,7 +104,8 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
     m_push = push_message_bytes(wire, shard)
     m_pull = wire["pull_bytes"] * shard
     links = (workers - 1) if colocated else max(workers, servers)
-    compute = rates.gradient_seconds(sizes, worker_batch)[0]
+    if compute is None:
+        compute = rates.gradient_seconds(sizes, worker_batch)[0]
     encode = encode_seconds(top_k_rates, wire, params)  # the worker's S (or W) shards, P floats in all
     if colocated and workers == 2 and exchange is not None:
         push, pull = exchange(m_push), exchange(m_pull)
@@ -114,10 +117,11 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
             "push_bytes": m_push, "pull_bytes": m_pull}
 
 
-def ring_clock(rates, message, sizes, params, workers, worker_batch, element_bytes, optimizer):
+def ring_clock(rates, message, sizes, params, workers, worker_batch, element_bytes, optimizer, compute=None):
     from model import UPDATE_ARRAYS, UPDATE_KERNEL  # noqa: E402
     n = workers
-    compute = rates.gradient_seconds(sizes, worker_batch)[0]
+    if compute is None:
+        compute = rates.gradient_seconds(sizes, worker_batch)[0]
     comm = 2 * (n - 1) * message(element_bytes * params / n) if n > 1 else 0.0
     reduce = (n - 1) * rates.kernel_seconds("add", params / n, 3)
     update = rates.kernel_seconds(UPDATE_KERNEL[optimizer], params, UPDATE_ARRAYS[optimizer])
@@ -125,25 +129,43 @@ def ring_clock(rates, message, sizes, params, workers, worker_batch, element_byt
             "total": compute + comm + reduce + update}
 
 
-def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params, optimizer):
-    """Predicted against measured for every hpcps configuration of the link studies."""
+def cnn_step_seconds(cnn_steps, worker_batch):
+    """The CNN's parameters and the median seconds of its gradient on `worker_batch` samples, one
+    thread, oneDNN convolutions: bench/cnn_step's run at that batch (no interpolation: the step is
+    not linear in the batch at these sizes, so the run must be at the runs' own worker batch)."""
+    for r in cnn_steps["results"]:
+        if r["method"] == "onednn" and r["threads"] == 1 and r["batch"] == worker_batch:
+            return r["parameters"], r["step_seconds_median"]
+    raise SystemExit(f"the CNN step file has no one-thread oneDNN step at batch {worker_batch}: run "
+                     f"build/bench/cnn_step --widths 32 --batch {worker_batch} --threads 1 --methods onednn --out FILE")
+
+
+def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params, optimizer, cnn_steps=None):
+    """Predicted against measured for every hpcps configuration of the link studies. A CNN study
+    (study["model"] == "cnn") needs `cnn_steps`, bench/cnn_step's JSON, for its compute and size."""
     rows = []
     for path, study in studies:
         batch = study["batch"]
+        compute, study_params = None, params
+        if study.get("model") == "cnn":
+            if cnn_steps is None:
+                raise SystemExit(f"{path} trains the CNN: pass --cnn-step (bench/cnn_step's JSON)")
+            study_params, compute = cnn_step_seconds(cnn_steps, batch // 2)
         for name, res in study["results"].items():
             parts = name.split()
             if parts[0] != "hpcps":
                 continue
             wire = parse_wire(parts[1])
             workers, servers = 2, (0 if parts[2] == "colocated" else 1)
-            clock = ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, batch / workers, wire,
-                                  "sgd" if "mc" in parts[1] else optimizer, exchange)
+            clock = ps_link_clock(rates, message, top_k_rates, sizes, study_params, workers, servers, batch / workers,
+                                  wire, "sgd" if "mc" in parts[1] else optimizer, exchange, compute)
             predicted = batch / clock["total"]
             measured = res["samples_per_second"]["median"]
             epochs = res["epoch_at_target"]["median"] if res.get("epoch_at_target") else None
             time_measured = res["time_to_target_seconds"]["median"] if res.get("time_to_target_seconds") else None
             time_predicted = epochs * TRAIN_SAMPLES / predicted if epochs else None
-            rows.append({"study": path, "configuration": name, "target": study["target"],
+            rows.append({"study": path, "model": study.get("model", "mlp"), "configuration": name,
+                         "target": study["target"], "parameters": study_params,
                          "measured_samples_per_second": measured, "predicted_samples_per_second": predicted,
                          "samples_per_second_error": predicted / measured - 1.0,
                          "measured_clock_seconds": batch / measured, "predicted_clock": clock,
@@ -161,7 +183,8 @@ def print_link_validation(rows):
         c = r["predicted_clock"]
         tt = (f"{r['time_to_target_measured']:>11.1f} {r['time_to_target_predicted']:>8.1f}"
               if r["time_to_target_measured"] else f"{'-':>11} {'-':>8}")
-        print(f"  {r['configuration']:<34} {r['measured_samples_per_second']:>9,.0f} {r['predicted_samples_per_second']:>9,.0f} "
+        label = r["configuration"] + (" (CNN)" if r.get("model") == "cnn" else "")
+        print(f"  {label:<34} {r['measured_samples_per_second']:>9,.0f} {r['predicted_samples_per_second']:>9,.0f} "
               f"{r['samples_per_second_error'] * 100:>+6.0f}%   {r['measured_clock_seconds'] * 1e3:>8.2f} "
               f"{c['total'] * 1e3:>8.2f}   {tt}   (compute {c['compute'] * 1e3:.2f}, encode {c['encode'] * 1e3:.2f}, "
               f"push {c['push'] * 1e3:.2f}, server {c['server'] * 1e3:.2f}, pull {c['pull'] * 1e3:.2f} ms)")
@@ -175,20 +198,25 @@ def extrapolate_link(rates, top_k_rates, models, workers_list, gbits_list, alpha
     ring allreduce in fp32 and fp16, one rank per node, t(m) = alpha + m / beta."""
     out = []
     for model in models:
-        sizes, batch = model["sizes"], model["worker_batch"]
+        # An MLP by its layer sizes (compute from the GEMM rates), or a network by its parameter
+        # count and measured gradient seconds at the worker batch (the CNN, from bench/cnn_step).
+        sizes, batch, compute = model.get("sizes"), model["worker_batch"], model.get("compute")
         from model import parameter_count  # noqa: E402
-        params = parameter_count(sizes)
+        params = model["parameters"] if compute is not None else parameter_count(sizes)
+        name = model.get("name") or "-".join(map(str, sizes))
         for gbits in gbits_list:
             beta = gbits * 1e9 / 8
             message = (lambda a, b: (lambda m: a + m / b))(alpha, beta)
             for w in workers_list:
-                row = {"model": "-".join(map(str, sizes)), "parameters": params, "worker_batch": batch,
+                row = {"model": name, "parameters": params, "worker_batch": batch,
                        "gbits": gbits, "workers": w, "clocks": {}}
                 for token in EXTRAPOLATED_WIRES:
                     row["clocks"][f"PS {token}"] = ps_link_clock(rates, message, top_k_rates, sizes, params, w, 0,
-                                                                 batch, parse_wire(token), optimizer)["total"]
-                for name, eb in (("ring fp32", FLOAT), ("ring fp16", 2)):
-                    row["clocks"][name] = ring_clock(rates, message, sizes, params, w, batch, eb, optimizer)["total"]
+                                                                 batch, parse_wire(token), optimizer,
+                                                                 compute=compute)["total"]
+                for ring, eb in (("ring fp32", FLOAT), ("ring fp16", 2)):
+                    row["clocks"][ring] = ring_clock(rates, message, sizes, params, w, batch, eb, optimizer,
+                                                     compute)["total"]
                 row["fastest"] = min(row["clocks"], key=row["clocks"].get)
                 row["ps_fp32_over_ring_fp32"] = row["clocks"]["PS fp32"] / row["clocks"]["ring fp32"]
                 row["best_ps_over_best_ring"] = (min(v for k, v in row["clocks"].items() if k.startswith("PS"))
@@ -215,9 +243,10 @@ def plot_link(rows, ext, path):
     except ImportError:
         print("matplotlib not found: no link plot")
         return
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    names = sorted({r["model"] for r in ext}, key=lambda m: [r["parameters"] for r in ext if r["model"] == m][0])
+    fig, axes = plt.subplots(1, 1 + len(names), figsize=(5.7 * (1 + len(names)), 5))
     ax = axes[0]
-    labels = [r["configuration"].replace("hpcps ", "") for r in rows]
+    labels = [r["configuration"].replace("hpcps ", "") + (" CNN" if r.get("model") == "cnn" else "") for r in rows]
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], [r["measured_samples_per_second"] for r in rows], 0.4, label="measured (median)")
     ax.bar([x + 0.2 for x in xs], [r["predicted_samples_per_second"] for r in rows], 0.4, label="model")
@@ -226,7 +255,7 @@ def plot_link(rows, ext, path):
     ax.set_ylabel("samples/s")
     ax.set_title("2 pretend nodes, 1 Gbit/s: the model against the runs")
     ax.legend()
-    for ax, model in zip(axes[1:], sorted({r["model"] for r in ext}, key=lambda m: [r["parameters"] for r in ext if r["model"] == m][0])):
+    for ax, model in zip(axes[1:], names):
         sel = [r for r in ext if r["model"] == model and r["workers"] == max(x["workers"] for x in ext)]
         for name in sel[0]["clocks"]:
             ax.plot([r["gbits"] for r in sel], [r["clocks"][name] * 1e3 for r in sel], marker="o", label=name)
