@@ -341,6 +341,7 @@ TEST_CASE("a manifest lists one residual (and velocity) file per worker, of the 
   const auto check_list = [&](const ck::Manifest& good, List list, const std::string& what,
                               std::string (*name)(std::size_t)) {
     INFO(what);
+    CHECK(name(1) == what + "-00001.bin");  // the file names the checkpoint folder holds
     const auto back = ck::parse(ck::to_text(good), "M");
     REQUIRE((back.*list).size() == 2);
     CHECK((back.*list)[1].name == name(1));
