@@ -48,7 +48,7 @@ def run(args, strategy, wire, seed, tmp):
            report_path]
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", UCX_NET_DEVICES="lo",
                MPIEXEC_TIMEOUT=str(args.timeout))
-    _, wall = execute(cmd, env, args.timeout + 60)
+    _, wall, _ = execute(cmd, env, args.timeout + 60)
     with open(report_path) as f:
         report = json.load(f)
     evaluations = report["evaluations"]

@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from time_to_accuracy import (outcome, peer_evaluations, per_repeat_ratio, plot, print_tables,  # noqa: E402
+from time_to_accuracy import (execute, outcome, peer_evaluations, per_repeat_ratio, plot, print_tables,  # noqa: E402
                               recorded, summarize_runs, summary)  # the same figures as bench/time_to_accuracy.py
 
 NODES = os.path.join(REPO, "scripts", "pretend_nodes")
@@ -166,25 +166,10 @@ def run_ddp(args, name, seed):
         str(args.evaluations_per_epoch)]
     cmd += ["--fp16-hook"] if name == "DDP fp16 hook" else []
     cmd += ["--target-accuracy", str(args.target)] if args.stop_at_target else []
-    stdout, wall, teardown_abort = execute_peer(cmd, link_env(args, GLOO_SOCKET_IFNAME="hpn0"), args.timeout + 60)
+    stdout, wall, teardown_abort = execute(cmd, link_env(args, GLOO_SOCKET_IFNAME="hpn0"), args.timeout + 60,
+                                           finished='"type": "summary"')
     return outcome(peer_evaluations(stdout), args.target, wall,
                    {"command": recorded(cmd), "seed": seed, "teardown_abort": teardown_abort})
-
-
-def execute_peer(cmd, env, timeout):
-    """Runs the PyTorch peer; returns its stdout, wall seconds and the teardown's error, if any.
-    PyTorch 2.15's DDP once aborted a rank after it had printed its summary ("terminate called
-    without an active exception", 2026-12-07), which is not a failed run: its training had ended and
-    every evaluation is in stdout. Any other non-zero exit fails the study."""
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - started
-    if proc.returncode == 0:
-        return proc.stdout, wall, None
-    if '"type": "summary"' in proc.stdout:
-        return proc.stdout, wall, f"exit code {proc.returncode}: {proc.stderr[-300:]}"
-    raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}:\n"
-                       f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
 def report(args, names, runs, repeats, total):
