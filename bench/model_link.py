@@ -146,17 +146,18 @@ def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params,
     rows = []
     for path, study in studies:
         batch = study["batch"]
-        if study.get("model") == "cnn" and cnn_steps is None:
-            raise SystemExit(f"{path} trains the CNN: pass --cnn-step (bench/cnn_step's JSON)")
+        workers = 2  # every layout of bench/link_study.py has 2 workers
+        compute, study_params = None, params
+        if study.get("model") == "cnn":
+            if cnn_steps is None:
+                raise SystemExit(f"{path} trains the CNN: pass --cnn-step (bench/cnn_step's JSON)")
+            study_params, compute = cnn_step_seconds(cnn_steps, batch // workers)
         for name, res in study["results"].items():
             parts = name.split()
             if parts[0] != "hpcps":
                 continue
             wire = parse_wire(parts[1])
-            workers, servers = 2, (0 if parts[2] == "colocated" else 1)
-            compute, study_params = None, params
-            if study.get("model") == "cnn":
-                study_params, compute = cnn_step_seconds(cnn_steps, batch // workers)
+            servers = 0 if parts[2] == "colocated" else 1
             clock = ps_link_clock(rates, message, top_k_rates, sizes, study_params, workers, servers, batch / workers,
                                   wire, "sgd" if "mc" in parts[1] else optimizer, exchange, compute)
             predicted = batch / clock["total"]
