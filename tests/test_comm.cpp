@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -330,6 +331,81 @@ TEST_CASE("comm: RequestSet is reused across rounds without allocating", "[comm]
   set.wait_all();  // nothing left: returns at once
   set.clear();
   CHECK(set.capacity() == capacity);
+}
+
+TEST_CASE("comm: HPCPS_WAIT names one of three wait modes, anything else is an error", "[comm]") {
+  using hpcps::comm::WaitMode;
+  using hpcps::comm::parse_wait_mode;
+  CHECK(parse_wait_mode("") == WaitMode::adaptive);
+  CHECK(parse_wait_mode("adaptive") == WaitMode::adaptive);
+  CHECK(parse_wait_mode("spin") == WaitMode::spin);
+  CHECK(parse_wait_mode("sleep") == WaitMode::sleep);
+  CHECK_THROWS_WITH(parse_wait_mode("nap"), Catch::Contains("HPCPS_WAIT='nap'") && Catch::Contains("'sleep'"));
+}
+
+TEST_CASE("comm: poll_until returns at the first true, in every mode and past the nap threshold", "[comm]") {
+  using clock = std::chrono::steady_clock;
+  using hpcps::comm::WaitMode;
+  for (const WaitMode mode : {WaitMode::adaptive, WaitMode::spin, WaitMode::sleep}) {
+    CAPTURE(static_cast<int>(mode));
+    // Already true: done() is asked once.
+    int calls = 0;
+    hpcps::comm::detail::poll_until([&] { return ++calls > 0; }, mode);
+    CHECK(calls == 1);
+    // True only after 3 ms of the monotonic clock, past the 1 ms after which `sleep` naps:
+    // asked until then and not once after.
+    const auto ready = clock::now() + std::chrono::milliseconds(3);
+    calls = 0;
+    bool last = false;
+    hpcps::comm::detail::poll_until([&] {
+      ++calls;
+      last = clock::now() >= ready;
+      return last;
+    }, mode);
+    CHECK(last);
+    CHECK(calls >= 2);
+  }
+}
+
+TEST_CASE("comm: RequestSet completes every round in every wait mode, late senders too", "[comm]") {
+  using hpcps::comm::WaitMode;
+  Communicator w = world();
+  constexpr int k = 4;
+  constexpr std::size_t len = 70000;  // several of UCX's pieces per message
+  std::vector<std::vector<float>> out(k, std::vector<float>(len)), in(k, std::vector<float>(len));
+  RequestSet set(2 * k);
+  int wrong = 0;
+  int tag = 1000;
+  for (const WaitMode mode : {WaitMode::adaptive, WaitMode::spin, WaitMode::sleep}) {
+    for (int late = 0; late < 2; ++late, tag += 2 * k) {
+      for (int t = 0; t < k; ++t) {
+        for (std::size_t i = 0; i < len; ++i) out[t][i] = static_cast<float>(w.rank() * 100 + t + i % 7);
+        std::fill(in[t].begin(), in[t].end(), -1.0f);
+      }
+      for (int t = 0; t < k; ++t) set.add(w.irecv(in[t].data(), len, prev_of(w), tag + t));
+      // A late sender keeps its successor waiting past the 1 ms after which `sleep` naps.
+      if (late) {
+        const auto ready = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+        hpcps::comm::detail::poll_until([&] { return std::chrono::steady_clock::now() >= ready; }, mode);
+      }
+      for (int t = 0; t < k; ++t) set.add(w.isend(out[t].data(), len, next_of(w), tag + t));
+      if (late) {
+        int completed = 0;
+        for (int index = set.wait_any(mode); index != -1; index = set.wait_any(mode)) ++completed;
+        wrong += completed != 2 * k;
+      } else {
+        set.wait_all(mode);
+      }
+      for (std::size_t i = 0; i < set.size(); ++i) wrong += set.active(i);
+      set.clear();
+      for (int t = 0; t < k; ++t) {
+        for (std::size_t i = 0; i < len; ++i) {
+          wrong += in[t][i] != static_cast<float>(prev_of(w) * 100 + t + i % 7);
+        }
+      }
+    }
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("comm: wait_all over more requests than its stack buffer", "[comm]") {

@@ -60,32 +60,47 @@ inline void abandon(MPI_Request& request) noexcept {
 // so sleeping between polls starves the transfer (tried: 5-200 us sleeps were 2-4x slower than
 // yielding). Measured on the Fashion-MNIST example, one epoch, 2 cores: adaptive 43k / 36k
 // samples/s with 1 / 3 workers, spin 36k / 1.8k (docs/architecture.md#waiting).
-enum class WaitMode { adaptive, spin };
+// A yielding rank stays runnable, though, and the scheduler still gives it its share of a core:
+// a dedicated server that waits tens of milliseconds for pushes takes a third of 2 cores from 2
+// computing workers. `sleep` waits like `adaptive` for its first millisecond and then sleeps
+// 50 us between polls, which suits waits that are long and transfers a slow link paces anyway
+// (docs/architecture.md#waiting has the measurement).
+enum class WaitMode { adaptive, spin, sleep };
 
-// The process default: HPCPS_WAIT=spin or HPCPS_WAIT=adaptive in the environment, else adaptive.
+// The process default: HPCPS_WAIT=adaptive, spin or sleep in the environment, else adaptive.
 // Read once; an unknown value is an error rather than a silent fallback.
+inline WaitMode parse_wait_mode(std::string_view value) {
+  if (value.empty() || value == "adaptive") return WaitMode::adaptive;
+  if (value == "spin") return WaitMode::spin;
+  if (value == "sleep") return WaitMode::sleep;
+  throw hpcps::Error(fmt::format("HPCPS_WAIT='{}': expected 'adaptive', 'spin' or 'sleep'", value));
+}
+
 inline WaitMode default_wait_mode() {
   static const WaitMode mode = [] {
     const char* value = std::getenv("HPCPS_WAIT");
-    if (value == nullptr || std::string_view(value).empty() || std::string_view(value) == "adaptive") {
-      return WaitMode::adaptive;
-    }
-    if (std::string_view(value) == "spin") return WaitMode::spin;
-    throw hpcps::Error(fmt::format("HPCPS_WAIT='{}': expected 'adaptive' or 'spin'", value));
+    return parse_wait_mode(value == nullptr ? std::string_view() : std::string_view(value));
   }();
   return mode;
 }
 
 namespace detail {
 
-// Polls `done()` (which drives MPI's progress engine) with the backoff described at WaitMode.
+// Polls `done()` (which drives MPI's progress engine) with the backoff described at WaitMode:
+// spin for 50 us, then yield between polls, and from 1 ms on nap between them (WaitMode::sleep);
+// WaitMode::spin never gives the core up.
 template <class Done>
-void poll_until(Done&& done) {
+void poll_until(Done&& done, WaitMode mode = default_wait_mode()) {
   using clock = std::chrono::steady_clock;
   if (done()) return;
-  const auto spin_until = clock::now() + std::chrono::microseconds(50);
+  const auto start = clock::now();
+  const auto spin_until = start + std::chrono::microseconds(50);
+  const auto nap_from = start + std::chrono::milliseconds(1);
   while (!done()) {
-    if (clock::now() > spin_until) std::this_thread::yield();
+    const auto now = clock::now();
+    if (mode == WaitMode::spin || now <= spin_until) continue;
+    if (mode == WaitMode::sleep && now > nap_from) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    else std::this_thread::yield();
   }
 }
 
@@ -260,7 +275,7 @@ class RequestSet {
         int flag = 0;
         code = MPI_Testall(n, handles_.data(), &flag, statuses_.data());
         return flag != 0 || code != MPI_SUCCESS;
-      });
+      }, mode);
     }
     if (HPCPS_COMM_UNLIKELY(code != MPI_SUCCESS)) {
       detail::raise_in_status(code, mode == WaitMode::spin ? "MPI_Waitall" : "MPI_Testall", statuses_.data(),
@@ -282,7 +297,7 @@ class RequestSet {
         int flag = 0;
         code = MPI_Testany(n, handles_.data(), &index, &flag, &status);
         return flag != 0 || code != MPI_SUCCESS;
-      });
+      }, mode);
     }
     if (HPCPS_COMM_UNLIKELY(code != MPI_SUCCESS)) {
       if (index != MPI_UNDEFINED && index >= 0) {
