@@ -14,6 +14,10 @@ thread per process. Configurations (--configs picks some):
   DDP fp32, DDP fp16 hook  bench/peers/pytorch_ddp.py, 2 nodes, 1 process each, gloo over the
                            link; with DDP's fp16_compress_hook or without
 
+An hpcps configuration may end in a fourth word, the ranks' HPCPS_WAIT (adaptive, sleep or spin;
+docs/architecture.md#waiting), e.g. "hpcps fp32 dedicated sleep"; its ratios are over hpcps fp32
+of the same layout and wait where that runs, else of the same layout.
+
 <wire> is fp32, bf16 or fp16: pushes and pulls in that format (--wire and --pull-wire of the
 example); or topk<r>[/<pull>]: top-k pushes of the share r with error feedback (--top-k r) and pulls
 in <pull> (fp32 unless named), e.g. "hpcps topk0.01/fp16 colocated"; topk<r>mc adds momentum
@@ -47,6 +51,7 @@ from time_to_accuracy import (execute, outcome, peer_evaluations, per_repeat_rat
 NODES = os.path.join(REPO, "scripts", "pretend_nodes")
 WIRES = ["fp32", "bf16", "fp16", "topk0.01", "topk0.01/fp16"]
 LAYOUTS = {"colocated": (2, 0), "dedicated": (3, 1)}  # nodes, servers
+WAITS = ("adaptive", "sleep", "spin")  # HPCPS_WAIT
 CONFIGS = [f"hpcps {w} {layout}" for layout in LAYOUTS for w in WIRES] + ["DDP fp32", "DDP fp16 hook"]
 
 
@@ -82,7 +87,9 @@ def known(name):
     parts = name.split()
     if name in CONFIGS:
         return True
-    if len(parts) != 3 or parts[0] != "hpcps" or parts[2] not in LAYOUTS:
+    if len(parts) not in (3, 4) or parts[0] != "hpcps" or parts[2] not in LAYOUTS:
+        return False
+    if len(parts) == 4 and parts[3] not in WAITS:
         return False
     try:
         wire_arguments(parts[1])
@@ -138,7 +145,7 @@ def execute_reported(cmd, env, timeout, grace=10.0):
 
 
 def run_hpcps(args, name, seed, tmp):
-    _, wire, layout = name.split()
+    _, wire, layout, *wait = name.split()
     nodes, servers = LAYOUTS[layout]
     report_path = os.path.join(tmp, "hpcps.json")
     if os.path.exists(report_path):
@@ -149,13 +156,15 @@ def run_hpcps(args, name, seed, tmp):
         "--schedule", "constant", *wire_arguments(wire),
         "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--epochs", str(args.max_epochs), "--threads", "1",
         "--seed", str(seed), "--report", report_path]
-    stdout, wall, finalize_hang = execute_reported(cmd, link_env(args), args.timeout + 60)
+    env = link_env(args, **({"HPCPS_WAIT": wait[0]} if wait else {}))
+    stdout, wall, finalize_hang = execute_reported(cmd, env, args.timeout + 60)
     with open(report_path) as f:
         report = json.load(f)
     banner = next((line for line in stdout.splitlines() if line.startswith("hpcps ")), "")
     return outcome(report["evaluations"], args.target, wall,
                    {"command": recorded(cmd), "seed": seed, "banner": banner,
-                    "report_samples_per_second": report["samples_per_second"], "finalize_hang": finalize_hang})
+                    "report_samples_per_second": report["samples_per_second"], "finalize_hang": finalize_hang,
+                    "hpcps_wait": env.get("HPCPS_WAIT") or "adaptive"})
 
 
 def run_ddp(args, name, seed):
@@ -178,7 +187,8 @@ def report(args, names, runs, repeats, total):
     for n in names:
         if not n.startswith("hpcps"):
             continue
-        base = f"hpcps fp32 {n.split()[2]}"
+        base = " ".join(["hpcps", "fp32"] + n.split()[2:])
+        base = base if base in names else f"hpcps fp32 {n.split()[2]}"
         if base in names and base != n:
             per_repeat = per_repeat_ratio(runs[n], runs[base])
             ratios[f"{n} / {base}"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
