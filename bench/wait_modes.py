@@ -78,7 +78,8 @@ def run_case(args, name, mode, seed, tmp):
     split = report["epochs"][-1]["time_split"]
     return {"command": recorded(cmd), "samples_per_second": report["samples_per_second"],
             "worker0_compute_seconds": split["compute_seconds"], "worker0_wait_seconds": split["wait_seconds"],
-            "server_wait_seconds": report["server"]["wait_seconds"], "finalize_hang": hang}
+            "server_wait_seconds": report["server"]["wait_seconds"], "finalize_hang": hang,
+            "train_loss": report["epochs"][-1]["train_loss"]}  # the same under every wait, seed for seed
 
 
 def speed(run):
