@@ -61,8 +61,8 @@ inline void abandon(MPI_Request& request) noexcept {
 // yielding). Measured on the Fashion-MNIST example, one epoch, 2 cores: adaptive 43k / 36k
 // samples/s with 1 / 3 workers, spin 36k / 1.8k (docs/architecture.md#waiting).
 // A yielding rank stays runnable, though, and the scheduler still gives it its share of a core:
-// a dedicated server that waits tens of milliseconds for pushes takes a third of 2 cores from 2
-// computing workers. `sleep` waits like `adaptive` for its first millisecond and then sleeps
+// a dedicated server that waits tens of milliseconds for pushes, beside 2 computing workers on 2
+// cores, made their CNN gradient 1.3x slower. `sleep` waits like `adaptive` for its first millisecond and then sleeps
 // 50 us between polls, which suits waits that are long and transfers a slow link paces anyway
 // (docs/architecture.md#waiting has the measurement).
 enum class WaitMode { adaptive, spin, sleep };
