@@ -21,9 +21,11 @@ of the same layout and wait where that runs, else of the same layout.
 <wire> is fp32, bf16 or fp16: pushes and pulls in that format (--wire and --pull-wire of the
 example); or topk<r>[/<pull>]: top-k pushes of the share r with error feedback (--top-k r) and pulls
 in <pull> (fp32 unless named), e.g. "hpcps topk0.01/fp16 colocated"; topk<r>mc adds momentum
-correction; or sign[mc][/<pull>]: scaled-sign pushes with error feedback (--sign-push), mc as for top-k. Every run trains at most --max-epochs (the PyTorch runs stop at the target with
---stop-at-target); runs are interleaved, the order rotated each repeat; the seed is --seed + repeat
-for every configuration. Per configuration: the training seconds to the target (evaluation
+correction; or sign[mc][/<pull>]: scaled-sign pushes with error feedback (--sign-push), mc as for top-k,
+where <pull> may also be sign: scaled-sign pulls with error feedback on the servers (--sign-pull).
+Every run trains at most --max-epochs (the PyTorch runs stop at the target with --stop-at-target);
+runs are interleaved, the order rotated each repeat; the seed is --seed + repeat for every
+configuration. Per configuration: the training seconds to the target (evaluation
 excluded), the final accuracy and samples/s, median and min-max; per hpcps configuration its
 ratio to hpcps fp32 of the same layout and to the faster DDP, per repeat. JSON (--out) and a PNG
 of accuracy against training seconds (--plot).
@@ -62,9 +64,9 @@ def wire_arguments(wire):
         return ["--wire", wire, "--pull-wire", wire]
     if wire.startswith("sign"):
         rest, _, pull = wire.partition("/")
-        if rest in ("sign", "signmc") and pull in ("", "fp32", "bf16", "fp16"):
-            return ["--wire", "fp32", "--sign-push", "--pull-wire", pull or "fp32",
-                    *(["--top-k-momentum", "0.9"] if rest == "signmc" else [])]
+        if rest in ("sign", "signmc") and pull in ("", "fp32", "bf16", "fp16", "sign"):
+            pulls = ["--sign-pull"] if pull == "sign" else ["--pull-wire", pull or "fp32"]
+            return ["--wire", "fp32", "--sign-push", *pulls, *(["--top-k-momentum", "0.9"] if rest == "signmc" else [])]
     if wire.startswith("topk"):
         ratio, _, pull = wire[len("topk"):].partition("/")
         corrected = ratio.endswith("mc")

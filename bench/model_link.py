@@ -15,8 +15,10 @@ parameters in S shards (colocated: S = W, every rank a worker and a server):
 
 with m_push = 4 P/S + 4 bytes (fp32), 2 P/S + 4 (fp16, bf16), 8 ceil(r P/S) (top-k r: an index and a
 value per element sent), 4 ceil(P/S / 32) + 4 ceil(P/S / 1024) + 4 (scaled sign: a bit per element,
-an fp32 scale per block of 1024) and m_pull = 4 or 2 bytes x P/S; T_encode the top-k selection (or
-the scaled-sign or 16-bit encoding) of the P floats a worker pushes, at the measured rate. Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
+an fp32 scale per block of 1024) and m_pull = 4 or 2 bytes x P/S, or a scaled sign's bytes (sign
+pulls, ps/sign_pull.hpp); T_encode the top-k selection (or the scaled-sign or 16-bit encoding) of the
+P floats a worker pushes, at the measured rate; a sign pull adds the server's encoding of its shard
+(once a clock: one view for every worker) to T_server, at the rate of the push's encoding. Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
 same compute and update.
 
 It predicts samples/s of the runs of bench/link_study.py and their time to the target (the run's
@@ -51,17 +53,24 @@ SIGN_BLOCK = 1024  # elements per scale of a scaled-sign push (ps/sign_push.hpp'
 
 
 def parse_wire(token):
-    """fp32 | fp16 | bf16 | topk<r>[mc][/<pull>] | sign[mc][/<pull>] (bench/link_study.py's tokens)."""
+    """fp32 | fp16 | bf16 | topk<r>[mc][/<pull>] | sign[mc][/<pull>] (bench/link_study.py's tokens;
+    <pull> fp32, fp16, bf16 or sign)."""
     if token in ("fp32", "fp16", "bf16"):
         return {"top_k": 0.0, "sign": False, "push_bytes": FLOAT if token == "fp32" else 2,
-                "pull_bytes": FLOAT if token == "fp32" else 2}
+                "pull_bytes": FLOAT if token == "fp32" else 2, "sign_pull": False}
     head, _, pull = token.partition("/")
     pull_bytes = 2 if pull in ("fp16", "bf16") else FLOAT
+    sign_pull = pull == "sign"
     if head in ("sign", "signmc"):
-        return {"top_k": 0.0, "sign": True, "push_bytes": None, "pull_bytes": pull_bytes}
+        return {"top_k": 0.0, "sign": True, "push_bytes": None, "pull_bytes": pull_bytes, "sign_pull": sign_pull}
     ratio = head[len("topk"):]
     ratio = ratio[:-2] if ratio.endswith("mc") else ratio
-    return {"top_k": float(ratio), "sign": False, "push_bytes": 8, "pull_bytes": pull_bytes}
+    return {"top_k": float(ratio), "sign": False, "push_bytes": 8, "pull_bytes": pull_bytes, "sign_pull": sign_pull}
+
+
+def sign_message_bytes(elements):
+    """Scaled signs of `elements`: a bit each, an fp32 scale per block."""
+    return 4 * math.ceil(elements / 32) + FLOAT * math.ceil(elements / SIGN_BLOCK)
 
 
 def push_message_bytes(wire, shard):
@@ -70,7 +79,7 @@ def push_message_bytes(wire, shard):
     if wire["top_k"] > 0:
         return 8 * math.ceil(wire["top_k"] * shard)
     if wire["sign"]:
-        return 4 * math.ceil(shard / 32) + FLOAT * math.ceil(shard / SIGN_BLOCK) + FLOAT
+        return sign_message_bytes(shard) + FLOAT
     return wire["push_bytes"] * shard + FLOAT
 
 
@@ -102,7 +111,7 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
     shards = workers if colocated else servers
     shard = params / shards
     m_push = push_message_bytes(wire, shard)
-    m_pull = wire["pull_bytes"] * shard
+    m_pull = sign_message_bytes(shard) if wire["sign_pull"] else wire["pull_bytes"] * shard
     links = (workers - 1) if colocated else max(workers, servers)
     if compute is None:
         compute = rates.gradient_seconds(sizes, worker_batch)[0]
@@ -112,6 +121,8 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
     else:
         push, pull = links * message(m_push), links * message(m_pull)
     server = server_seconds(rates, shard, workers, optimizer)
+    if wire["sign_pull"]:
+        server += encode_seconds(top_k_rates, {"top_k": 0.0, "sign": True}, shard)
     total = compute + encode + push + server + pull
     return {"compute": compute, "encode": encode, "push": push, "server": server, "pull": pull, "total": total,
             "push_bytes": m_push, "pull_bytes": m_pull}

@@ -23,7 +23,7 @@ using Server = hpcps::ParameterServer<hpcps::nn::Mlp<hpcps::nn::Relu>, hpcps::ba
 template <class Sync = hpcps::sync::Synchronous>
 long allocations_during(std::size_t steps, int servers, WireFormat push = WireFormat::fp32,
                         WireFormat pull = WireFormat::fp32, bool shared_memory = true, double top_k = 0.0,
-                        bool sign = false) {
+                        bool sign = false, bool sign_pull = false) {
   const auto world = hpcps::comm::Communicator::world();
   const hpcps::nn::Mlp<hpcps::nn::Relu> net({20, 16, 8, 4});
   typename Server<Sync>::Options options;
@@ -35,11 +35,12 @@ long allocations_during(std::size_t steps, int servers, WireFormat push = WireFo
   options.shared_memory = shared_memory;
   options.top_k = top_k;
   options.sign_push = sign;
+  options.sign_pull = sign_pull;
   Server<Sync> ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::MomentumSgd(0.1f));
   // The synchronous fp32 runs exchange through shared memory unless told not to (one node).
   CHECK(ps.uses_shared_memory() ==
         (shared_memory && Sync::aggregates && push == WireFormat::fp32 && pull == WireFormat::fp32 && top_k == 0.0 &&
-         !sign));
+         !sign && !sign_pull));
   std::vector<float> x(8 * 20, 0.5f);
   std::vector<std::int32_t> y(8, 1);
   long counted = 0;
@@ -167,12 +168,13 @@ namespace {
 
 // Dedicated (1 server), colocated and asynchronous runs with these pushes and pulls: a worker
 // allocates nothing after its first clock, and a server's count does not grow with the clocks.
-void check_steady_state_without_allocation(WireFormat push, WireFormat pull, double top_k, bool sign = false) {
+void check_steady_state_without_allocation(WireFormat push, WireFormat pull, double top_k, bool sign = false,
+                                           bool sign_pull = false) {
   const auto world = hpcps::comm::Communicator::world();
   const bool server = world.rank() == world.size() - 1;
   using Sync = hpcps::sync::Synchronous;
-  const long short_run = allocations_during<Sync>(5, 1, push, pull, true, top_k, sign);
-  const long long_run = allocations_during<Sync>(25, 1, push, pull, true, top_k, sign);
+  const long short_run = allocations_during<Sync>(5, 1, push, pull, true, top_k, sign, sign_pull);
+  const long long_run = allocations_during<Sync>(25, 1, push, pull, true, top_k, sign, sign_pull);
   INFO((server ? "server" : "worker") << ": " << short_run << " allocations for 5 clocks, " << long_run << " for 25");
   if (server) {
     CHECK(long_run == short_run);
@@ -180,13 +182,13 @@ void check_steady_state_without_allocation(WireFormat push, WireFormat pull, dou
     CHECK(short_run == 0);
     CHECK(long_run == 0);
   }
-  const long colocated = allocations_during<Sync>(25, 0, push, pull, true, top_k, sign);
+  const long colocated = allocations_during<Sync>(25, 0, push, pull, true, top_k, sign, sign_pull);
   INFO("colocated: " << colocated << " allocations for 25 clocks");
   CHECK(colocated == 0);
   // The individual loop (asynchronous): its server's count must not grow with the clocks either.
   using Async = hpcps::sync::Asynchronous;
-  const long async_short = allocations_during<Async>(5, 1, push, pull, true, top_k, sign);
-  const long async_long = allocations_during<Async>(25, 1, push, pull, true, top_k, sign);
+  const long async_short = allocations_during<Async>(5, 1, push, pull, true, top_k, sign, sign_pull);
+  const long async_long = allocations_during<Async>(25, 1, push, pull, true, top_k, sign, sign_pull);
   INFO("asynchronous: " << async_short << " allocations for 5 clocks, " << async_long << " for 25");
   if (server) {
     CHECK(async_long == async_short);
@@ -222,6 +224,17 @@ TEST_CASE("no allocation in the steady-state step with scaled-sign pushes", "[si
     return;
   }
   check_steady_state_without_allocation(WireFormat::fp32, WireFormat::fp32, 0.0, true);
+}
+
+TEST_CASE("no allocation in the steady-state step with scaled-sign pulls", "[sign_pull][mpi]") {
+  if (hpcps::comm::Communicator::world().size() < 2) {
+    WARN("needs at least 2 ranks (a worker and a server)");
+    return;
+  }
+  for (const bool sign_push : {false, true}) {
+    INFO((sign_push ? "scaled-sign" : "fp32") << " pushes");
+    check_steady_state_without_allocation(WireFormat::fp32, WireFormat::fp32, 0.0, sign_push, true);
+  }
 }
 
 // Balancing (ps/balance.hpp) runs every clock: the parts of full and short batches and the speed

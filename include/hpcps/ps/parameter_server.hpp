@@ -109,6 +109,12 @@ class ParameterServer {
     // Not with top-k; fp32 push wire; no local shortcut or shared memory. Checkpoints hold each
     // worker's residual.
     bool sign_push = false;
+    // Scaled-sign pulls with error feedback on the servers (ps/sign_pull.hpp): a run's first pull
+    // brings the parameters in fp32, every later one the scaled signs of what changed since what
+    // the worker holds, 1/31 of fp32's bytes; the rest follows in later pulls. Each server keeps
+    // its shard as the workers hold it (synchronous: one copy; otherwise one per worker). pull_wire
+    // fp32; no local shortcut, shared memory or backup workers. With any push.
+    bool sign_pull = false;
     // Push each piece of the gradient as soon as backpropagation has finished it, while the
     // layers below are still computed (networks that report progress, host-memory backends).
     bool overlap = true;
@@ -138,7 +144,7 @@ class ParameterServer {
   static bool compressed_pushes(const Options& options) { return options.top_k > 0.0 || options.sign_push; }
   // Both directions in fp32: what working on another component's arrays in place needs.
   static bool fp32_wires(const Options& options) {
-    return options.wire == ps::WireFormat::fp32 && options.pull_wire == ps::WireFormat::fp32;
+    return options.wire == ps::WireFormat::fp32 && options.pull_wire == ps::WireFormat::fp32 && !options.sign_pull;
   }
 
   // Collective over `world`: every rank constructs its ParameterServer. The server works on its
@@ -174,12 +180,13 @@ class ParameterServer {
       if (resumed_) std::copy(resumed_->parameters.begin(), resumed_->parameters.end(), initial.begin() + shard->begin);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, server_rule(network, *shard, optimizer), options.wire,
-                                              options.pull_wire, options.top_k, options.sign_push);
+                                              options.pull_wire, options.top_k, options.sign_push, options.sign_pull);
       if (resumed_) restore_server_state();
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
-                                              options.pull_wire, options.overlap, options.top_k, options.sign_push);
+                                              options.pull_wire, options.overlap, options.top_k, options.sign_push,
+                                              options.sign_pull);
       if (options.top_k_momentum != 0.0f) worker_->set_momentum_correction(options.top_k_momentum);
       if (resumed_ && !resumed_->residual.empty()) {
         worker_->restore_residual(resumed_->residual);
@@ -228,6 +235,7 @@ class ParameterServer {
     c.add("top-k momentum correction (Options::top_k_momentum)",
           options.top_k_momentum == 0.0f ? "off" : fmt::format("{}", options.top_k_momentum));
     c.add("scaled-sign pushes (Options::sign_push)", options.sign_push ? "on" : "off");
+    c.add("scaled-sign pulls (Options::sign_pull)", options.sign_pull ? "on" : "off");
     c.add("piece size (Options::piece_floats)", std::to_string(options.piece_floats));
     c.add("number of servers (Options::servers)", std::to_string(options.servers));
     c.add("initialisation seed (Options::seed)", std::to_string(options.seed));

@@ -18,6 +18,10 @@
 // by adding each contributor's pairs into a zeroed piece, in worker-rank order: the sum of the
 // dense vectors they stand for, without making them dense per worker. Scaled-sign pushes
 // (ps/sign_push.hpp) land as each piece's scales and words of signs and are summed the same way.
+// With scaled-sign pulls (ps/sign_pull.hpp) the first reply of a run sends a worker the shard in
+// fp32 and later ones the scaled signs of what changed since, against the server's view of what
+// that worker holds: one view for all workers in the aggregating loop (each active worker gets
+// every clock's reply, so their views are the same), one per worker in the individual loop.
 //
 // Pushes in a 16-bit wire format (ps/wire_format.hpp) land in a 16-bit inbox, their counts in an
 // fp32 array beside it, and are converted to fp32 inside the sum; a 16-bit pull sends a 16-bit
@@ -37,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -50,6 +55,7 @@
 #include "hpcps/ps/detail/aggregate.hpp"
 #include "hpcps/ps/detail/compressed_slots.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/sign_pull.hpp"
 #include "hpcps/ps/sign_push.hpp"
 #include "hpcps/ps/top_k.hpp"
 #include "hpcps/ps/wire_format.hpp"
@@ -71,7 +77,7 @@ class Server {
  public:
   Server(const comm::Communicator& world, const Layout& layout, int index, const float* initial_parameters,
          Sync sync, Optimizer optimizer, WireFormat push_wire = WireFormat::fp32,
-         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0, bool sign = false)
+         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0, bool sign = false, bool sign_pull = false)
       : world_(world),
         layout_(layout),
         index_(index),
@@ -86,7 +92,8 @@ class Server {
         block_(Sync::aggregates || push_wire != WireFormat::fp32 ? detail::aggregate_block : 0, 0.0f),
         state_(optimizer_.make_state(range_.size())),
         top_k_(top_k),
-        sign_(sign) {
+        sign_(sign),
+        sign_pull_(sign_pull) {
     const auto workers = static_cast<std::size_t>(layout.workers());
     for (std::size_t k = 0; k < layout.pieces(index); ++k) {
       const data::Range p = layout.piece(index, k);
@@ -95,6 +102,7 @@ class Server {
     counts_.assign(workers, 0.0f);
     if (top_k_ > 0.0 && sign_) throw Error("ps::Server: a push is either top-k or scaled-sign, not both");
     if (compressed()) prepare_compressed(workers);
+    if (sign_pull_) prepare_sign_pulls(workers);
     in_place_.assign(workers, nullptr);
     inboxes_.resize(workers);  // fp32: allocated on first use, for the workers whose pushes arrive as messages
     if (push_wire != WireFormat::fp32) {
@@ -162,6 +170,12 @@ class Server {
 
   // The fp32 master copy (a 16-bit pull sends it rounded).
   std::vector<float> parameters() const { return {params_, params_ + range_.size()}; }
+  // With scaled-sign pulls: the shard as worker `worker` holds it after its latest pull, which
+  // trails the master copy by what the pulls have not carried yet; null with other pulls.
+  const float* pull_view(std::size_t worker) const {
+    if (!sign_pull_) return nullptr;
+    return views_.data() + (Sync::aggregates ? 0 : worker) * range_.size();
+  }
   // What a checkpoint saves: the shard's parameters in place, the rule's state, and the update
   // count that schedules and bias corrections read.
   const float* parameter_data() const { return params_; }
@@ -202,6 +216,10 @@ class Server {
       throw Error(fmt::format("ps::Server: {} backup worker(s) among {} workers{}", backups, active_.size(),
                               backups >= active_.size() ? " leave no worker to wait for" : " need point-to-point pushes"));
     }
+    if (sign_pull_) {
+      // A dropped push is answered out of turn, while other replies may still read the view's message.
+      throw Error("ps::Server: backup workers need dense pulls, not scaled-sign ones");
+    }
     backups_ = backups;
     push_clocked_ = true;
     first_clock_ = first_clock;
@@ -237,9 +255,10 @@ class Server {
   // computations) and fp32 wires; called once, before start_aggregating().
   void attach_local_worker(std::size_t worker, const float* count, const float* gradient, float* parameters) {
     static_assert(Sync::aggregates, "ps::Server: a local worker is served clock by clock only");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || worker >= active_.size()) {
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || sign_pull_ ||
+        worker >= active_.size()) {
       throw Error(fmt::format("ps::Server: cannot attach local worker {} (of {}) with {} pushes and {} pulls", worker,
-                              active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
+                              active_.size(), wire_name(push_wire_), pull_name()));
     }
     local_ = worker;
     local_count_ = count;
@@ -253,10 +272,10 @@ class Server {
   // local worker's vector in the window). Bulk-synchronous serving, fp32 wires; before serving.
   void attach_node_worker(std::size_t worker, const float* gradient, const comm::SharedWindow& window) {
     static_assert(Sync::aggregates, "ps::Server: workers share memory with a server that serves clock by clock only");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || worker >= active_.size() ||
-        worker == local_) {
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || sign_pull_ ||
+        worker >= active_.size() || worker == local_) {
       throw Error(fmt::format("ps::Server: cannot share memory with worker {} (of {}) with {} pushes and {} pulls",
-                              worker, active_.size(), wire_name(push_wire_), wire_name(pull_wire_)));
+                              worker, active_.size(), wire_name(push_wire_), pull_name()));
     }
     in_place_[worker] = gradient + range_.begin;
     shared_window_ = &window;
@@ -279,6 +298,7 @@ class Server {
     static_assert(Sync::aggregates, "ps::Server: only the aggregating strategy is served clock by clock");
     allocate_inboxes();
     remaining_ = active_.size();
+    std::fill(full_pull_.begin(), full_pull_.end(), 1);
     if (shared_window_) shared_window_->sync();  // the initial parameters, before the messages that announce them
     for (std::size_t k = 0; k < pieces_.size(); ++k) {
       for (std::size_t w = 0; w < active_.size(); ++w) {
@@ -347,6 +367,7 @@ class Server {
       }
       if (shared_window_) shared_window_->sync();  // the updated piece, before the messages that announce it
       if (remaining_ > 0) {
+        if (sign_pull_) compress_sign_pull(params_ + p.begin, view(0) + p.begin, p.size(), pull_message(0, k));
         for (std::size_t w = 0; w < workers; ++w) {
           if (active_[w] && w != local_) piece_replies_[k].add(reply(w, k));
         }
@@ -427,6 +448,7 @@ class Server {
     std::fill(waiting_.begin(), waiting_.end(), 0);
     std::fill(pieces_in_.begin(), pieces_in_.end(), 0);
     std::fill(progress_.begin(), progress_.end(), first_clock_);
+    std::fill(full_pull_.begin(), full_pull_.end(), 1);
     for (std::size_t w = 0; w < workers; ++w) {
       add_reply(w);
       for (std::size_t k = 0; k < pieces; ++k) receives_.add(listen(w, k));
@@ -674,6 +696,27 @@ class Server {
     slots_ = detail::CompressedSlots(sizes, counts);
     piece_sum_.assign(largest, 0.0f);
   }
+  // Scaled-sign pulls: the views (one, or one per worker) and each piece's message for each view.
+  void prepare_sign_pulls(std::size_t workers) {
+    if (pull_wire_ != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Server: a scaled-sign pull sends the first pull of a run in fp32, then signs; "
+                              "the pull wire must be fp32, not {}", wire_name(pull_wire_)));
+    }
+    const std::size_t views = Sync::aggregates ? 1 : workers;
+    for (const data::Range& p : pieces_) {
+      pull_message_at_.push_back(pull_message_words_);
+      pull_message_words_ += sign_pull_words(p.size());
+    }
+    views_.assign(views * range_.size(), 0.0f);
+    pull_messages_.assign(views * pull_message_words_, 0);
+    full_pull_.assign(workers, 1);
+  }
+  float* view(std::size_t c) { return views_.data() + c * range_.size(); }
+  std::uint32_t* pull_message(std::size_t c, std::size_t k) {
+    return pull_messages_.data() + c * pull_message_words_ + pull_message_at_[k];
+  }
+  std::string pull_name() const { return sign_pull_ ? std::string("scaled-sign") : std::string(wire_name(pull_wire_)); }
+
   // The 16-bit copy a 16-bit pull sends, of the shard's [begin, end) (no-op for fp32 pulls).
   void encode_parameters(std::size_t begin, std::size_t end) {
     if (pull_wire_ != WireFormat::fp32) wire::encode(pull_wire_, params_ + begin, end - begin, params_wire_.data() + begin);
@@ -695,6 +738,18 @@ class Server {
     const data::Range p = pieces_[k];
     const int rank = layout_.worker_rank(static_cast<int>(worker));
     if (shares_memory_with(worker)) return world_.isend(params_ + p.begin, 0, rank, tags::params);  // "piece k is ready"
+    if (sign_pull_) {
+      const std::size_t c = Sync::aggregates ? 0 : worker;  // the view of that worker
+      if (full_pull_[worker]) {
+        std::copy(params_ + p.begin, params_ + p.end, view(c) + p.begin);
+        if (k + 1 == pieces_.size()) full_pull_[worker] = 0;
+        return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
+      }
+      // The aggregating loop encoded the piece once for everyone (serve_clock); this worker's
+      // previous reply is complete (run_individual waits for all replies before answering).
+      if constexpr (!Sync::aggregates) compress_sign_pull(params_ + p.begin, view(c) + p.begin, p.size(), pull_message(c, k));
+      return world_.isend(pull_message(c, k), sign_pull_words(p.size()), rank, tags::params);
+    }
     if (pull_wire_ == WireFormat::fp32) return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
     return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
   }
@@ -729,6 +784,12 @@ class Server {
   typename Optimizer::State state_;
   double top_k_ = 0.0;  // 0: dense pushes
   bool sign_ = false;  // scaled-sign pushes
+  bool sign_pull_ = false;  // scaled-sign pulls (prepare_sign_pulls)
+  std::vector<float> views_;  // by view: the shard as its worker(s) hold it
+  std::vector<std::uint32_t> pull_messages_;  // by view, then piece: the latest pull's scales and signs
+  std::vector<std::size_t> pull_message_at_;  // where piece k's message starts in a view's
+  std::size_t pull_message_words_ = 0;        // one view's messages
+  std::vector<char> full_pull_;               // by worker: its next reply sends the shard in fp32
   // Compressed pushes (prepare_compressed): each worker's, with the receives; a piece's sum.
   detail::CompressedSlots slots_;
   std::vector<float> piece_sum_;

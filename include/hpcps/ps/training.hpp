@@ -302,6 +302,8 @@ TrainingReport train(Server& ps, const data::Dataset& train_set, const data::Dat
     } else if (layout.colocated() || ps.uses_shared_memory()) {
       problem = "backup workers need a dedicated server and point-to-point pushes (ParameterServer Options "
                 "servers >= 1 and shared_memory = false; in the examples --servers 1 --no-shared-memory)";
+    } else if (ps.options().sign_pull) {
+      problem = "backup workers need dense pulls: a dropped push is answered out of turn (Options::sign_pull off)";
     }
     if (!problem.empty()) throw CollectiveError("ps::train: " + problem, world.rank() == 0);
   }

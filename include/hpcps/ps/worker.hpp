@@ -14,6 +14,8 @@
 // elements: [count,] values, then their indices; the rest stays in the residual for the next push.
 // With scaled-sign pushes (ps/sign_push.hpp) each piece plus its residual leaves as [count,] an
 // fp32 scale per block of ps::sign_block elements and a bit per element; what the bits do not carry stays in the residual.
+// With scaled-sign pulls (ps/sign_pull.hpp) the first pull after start() brings the parameters in
+// fp32, and each later one a piece's scales and signs, added to the parameters as it arrives.
 //
 // A server on the same node may share memory with this worker instead (attach_node_server; see
 // ps/server.hpp): the gradient and parameter vectors then live in a comm::SharedWindow, the
@@ -40,6 +42,7 @@
 #include "hpcps/nn/network_traits.hpp"
 #include "hpcps/ps/detail/compressed_slots.hpp"
 #include "hpcps/ps/layout.hpp"
+#include "hpcps/ps/sign_pull.hpp"
 #include "hpcps/ps/sign_push.hpp"
 #include "hpcps/ps/top_k.hpp"
 #include "hpcps/ps/wire_format.hpp"
@@ -87,7 +90,7 @@ class Worker {
 
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
          std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32,
-         bool overlap = true, double top_k = 0.0, bool sign = false)
+         bool overlap = true, double top_k = 0.0, bool sign = false, bool sign_pull = false)
       : world_(world),
         layout_(layout),
         network_(network),
@@ -103,7 +106,8 @@ class Worker {
         params_wire_(pull_wire == WireFormat::fp32 ? 0 : layout.parameters(), 0),
         overlap_(overlap && overlaps_backpropagation),
         top_k_(top_k),
-        sign_(sign) {
+        sign_(sign),
+        sign_pull_(sign_pull) {
     if (max_batch > (std::size_t{1} << 24)) {
       // The sample count travels as the leading float of a push; floats count exactly to 2^24.
       throw Error(fmt::format("ps::Worker: batch of {} exceeds the largest supported ({})", max_batch, 1 << 24));
@@ -117,20 +121,29 @@ class Worker {
     if (compressed()) prepare_compressed();
     describe_first_pushes();
     node_params_.assign(static_cast<std::size_t>(layout.servers()), nullptr);
+    if (sign_pull_ && pull_wire != WireFormat::fp32) {
+      throw Error(fmt::format("ps::Worker: a scaled-sign pull brings the first pull of a run in fp32, then signs; "
+                              "the pull wire must be fp32, not {}", wire_name(pull_wire)));
+    }
+    std::size_t pull_words = 0;
     for (int s = 0; s < layout.servers(); ++s) {
       count_only_push_.emplace_back(comm::Segments{{&count_slot_, 1}});
       for (std::size_t k = 0; k < layout.pieces(s); ++k) {
         pull_order_.push_back({s, k});
         push_order_.push_back({s, k});
+        pull_message_at_.push_back(pull_words);
+        pull_words += sign_pull_words(layout.piece(s, k).size());
       }
       pieces += layout.pieces(s);
     }
+    if (sign_pull_) pull_messages_.assign(pull_words, 0);
     sends_.reserve(pieces + static_cast<std::size_t>(layout.servers()));  // pieces and push clocks
     receives_.reserve(pieces);
   }
 
   // Receives the initial parameters every server sends before its first clock.
   void start() {
+    full_pull_ = true;  // every server's first reply of a run is the fp32 shard (ps::Server)
     start_local_server();
     post_pulls();
     complete_pulls();
@@ -310,6 +323,7 @@ class Worker {
   LocalEndpoint attach_local_server(int s) {
     static_assert(Backend::host_accessible, "ps::Worker: a local server reads the gradient in host memory");
     if (compressed()) throw Error(fmt::format("ps::Worker: a local server {} cannot read compressed pushes in place", s));
+    if (sign_pull_) throw Error(fmt::format("ps::Worker: a local server {} shares its parameters; no scaled-sign pull", s));
     const auto elsewhere = [s](const PieceId& id) { return id.server != s; };
     push_order_.erase(std::stable_partition(push_order_.begin(), push_order_.end(), elsewhere), push_order_.end());
     pull_order_.erase(std::stable_partition(pull_order_.begin(), pull_order_.end(), elsewhere), pull_order_.end());
@@ -335,10 +349,10 @@ class Worker {
   // inside `window`. Host memory, fp32 wires; before start().
   void attach_node_server(int s, const float* shard_parameters, const comm::SharedWindow& window) {
     static_assert(Backend::host_accessible, "ps::Worker: a server on the node reads the gradient in host memory");
-    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed()) {
+    if (push_wire_ != WireFormat::fp32 || pull_wire_ != WireFormat::fp32 || compressed() || sign_pull_) {
       throw Error(fmt::format("ps::Worker: cannot share memory with server {} with {} pushes{} and {} pulls", s,
                               wire_name(push_wire_), top_k_ > 0.0 ? " (top-k)" : sign_ ? " (scaled sign)" : "",
-                              wire_name(pull_wire_)));
+                              sign_pull_ ? "scaled-sign" : wire_name(pull_wire_)));
     }
     node_params_[static_cast<std::size_t>(s)] = shard_parameters;
     shared_window_ = &window;
@@ -364,6 +378,14 @@ class Worker {
     slots_ = detail::CompressedSlots(sizes, {&count_slot_});
   }
   bool compressed() const { return top_k_ > 0.0 || sign_; }
+  // This pull brings scaled signs: every one but a run's first with scaled-sign pulls.
+  bool signs_pulled() const { return sign_pull_ && !full_pull_; }
+  // Piece k of server s's part of a scaled-sign pull.
+  std::uint32_t* pull_message(int s, std::size_t k) {
+    std::size_t first = 0;  // the pieces of the servers before s
+    for (int t = 0; t < s; ++t) first += layout_.pieces(t);
+    return pull_messages_.data() + pull_message_at_[first + k];
+  }
   void start_local_server() {
     if (start_local_) std::exchange(start_local_, nullptr)();
   }
@@ -485,6 +507,8 @@ class Worker {
       const int rank = layout_.server_rank(s);
       if (node_params_[static_cast<std::size_t>(s)]) {
         receives_.add(world_.irecv(params_ + p.begin, 0, rank, tags::params));  // "piece k is ready"
+      } else if (signs_pulled()) {
+        receives_.add(world_.irecv(pull_message(s, k), sign_pull_words(p.size()), rank, tags::params));
       } else if (pull_wire_ == WireFormat::fp32) {
         receives_.add(world_.irecv(params_ + p.begin, p.size(), rank, tags::params));
       } else {
@@ -495,7 +519,7 @@ class Worker {
   // Waits for every piece of every server's slice; a 16-bit piece is converted and a device
   // backend uploads each piece as it arrives, so that work overlaps the wait for the others.
   void complete_pulls() {
-    const bool convert = pull_wire_ != WireFormat::fp32;
+    const bool convert = pull_wire_ != WireFormat::fp32 || signs_pulled();
     if (Backend::host_accessible && !convert && !shared_window_) {
       receives_.wait_all();
     } else {
@@ -508,7 +532,11 @@ class Worker {
                     params_ + p.begin);
           continue;
         }
-        if (convert) wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_ + p.begin);
+        if (signs_pulled()) {
+          add_sign_pull(pull_message(s, k), p.size(), params_ + p.begin);
+        } else if (convert) {
+          wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_ + p.begin);
+        }
         if constexpr (!Backend::host_accessible) {
           backend_.upload(params_ + p.begin, p.size(), Backend::data(device_params_) + p.begin);
           uploads_pending_ = true;
@@ -516,6 +544,7 @@ class Worker {
       }
     }
     receives_.clear();
+    full_pull_ = false;
     if (receives_tickets_) ticket_request_.wait();
     if (receives_responses_) response_request_.wait();
   }
@@ -558,6 +587,10 @@ class Worker {
   float momentum_correction_ = 0.0f;
   std::vector<float> velocity_;  // with momentum correction, else empty
   bool sign_ = false;  // scaled-sign pushes
+  bool sign_pull_ = false;  // scaled-sign pulls
+  bool full_pull_ = true;   // the pull being posted or completed is a run's first: fp32
+  std::vector<std::uint32_t> pull_messages_;  // scaled-sign pulls: each piece's message, by server, then piece
+  std::vector<std::size_t> pull_message_at_;  // where each starts, in the same order
   detail::CompressedSlots slots_;
   std::vector<std::size_t> first_slot_;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
