@@ -18,7 +18,8 @@ value per element sent), 4 ceil(P/S / 32) + 4 ceil(P/S / 1024) + 4 (scaled sign:
 an fp32 scale per block of 1024) and m_pull = 4 or 2 bytes x P/S, or a scaled sign's bytes (sign
 pulls, ps/sign_pull.hpp); T_encode the top-k selection (or the scaled-sign or 16-bit encoding) of the
 P floats a worker pushes, at the measured rate; a sign pull adds the server's encoding of its shard
-(once a clock: one view for every worker) to T_server, at the rate of the push's encoding. Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
+(once a clock: one view for every worker) to T_server and the worker's decoding of the P floats to
+T_encode (bench/top_k_rates: "sign pull encode", "sign pull add"). Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
 same compute and update.
 
 It predicts samples/s of the runs of bench/link_study.py and their time to the target (the run's
@@ -100,6 +101,17 @@ def encode_seconds(top_k_rates, wire, floats):
     return (per_float or 0.0) * floats
 
 
+def sign_pull_seconds(top_k_rates, kernel, floats):
+    """A scaled-sign pull's kernel ("sign pull encode" on the server, "sign pull add" on the worker)
+    over `floats`, at the measured rate; rates measured before the kernel existed give the push's
+    encoding for both."""
+    kernels = top_k_rates["kernels"]
+    seconds = next((k["seconds_median"] for k in kernels if k["name"] == kernel), None)
+    if seconds is None:
+        seconds = next(k["seconds_median"] for k in kernels if k["name"] == "sign compress")
+    return seconds / top_k_rates["floats"] * floats
+
+
 def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, worker_batch, wire, optimizer,
                   exchange=None, compute=None):
     """One clock. `exchange`, where measured, times a colocated phase with 2 ranks, in which both
@@ -122,7 +134,8 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
         push, pull = links * message(m_push), links * message(m_pull)
     server = server_seconds(rates, shard, workers, optimizer)
     if wire["sign_pull"]:
-        server += encode_seconds(top_k_rates, {"top_k": 0.0, "sign": True}, shard)
+        server += sign_pull_seconds(top_k_rates, "sign pull encode", shard)
+        encode += sign_pull_seconds(top_k_rates, "sign pull add", params)
     total = compute + encode + push + server + pull
     return {"compute": compute, "encode": encode, "push": push, "server": server, "pull": pull, "total": total,
             "push_bytes": m_push, "pull_bytes": m_pull}

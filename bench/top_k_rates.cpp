@@ -10,7 +10,8 @@
 //           pushes need.
 // And what scaled-sign pushes (ps/sign_push.hpp) cost: compress_sign on the worker against the
 // bf16 encoding, and the server's sum of W workers' signs (add_signs into a zeroed piece) against
-// the dense fp32 sum.
+// the dense fp32 sum. And scaled-sign pulls (ps/sign_pull.hpp): the server's compress_sign_pull
+// of a piece against its view, and the worker's add_sign_pull of the message.
 // Kernels interleaved within every repeat, the order rotated; median and range over --repeats,
 // and per repeat the ratios the claims are about. Table on stderr, JSON on stdout or --out.
 //
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include <hpcps/metrics/json.hpp>
+#include <hpcps/ps/sign_pull.hpp>
 #include <hpcps/ps/sign_push.hpp>
 #include <hpcps/ps/top_k.hpp>
 #include <hpcps/ps/wire_format.hpp>
@@ -134,6 +136,11 @@ int run(const Options& o) {
                              sign_words.data() + v * words_n);
   }
 
+  // A pull's view of the parameters (here: the gradient as the parameters), and its message.
+  std::vector<float> view(n, 0.0f), pulled(n, 0.0f);
+  std::vector<std::uint32_t> pull_message(hpcps::ps::sign_pull_words(n));
+  hpcps::ps::compress_sign_pull(gradient.data(), view.data(), n, pull_message.data());
+
   std::vector<Kernel> kernels;
   const auto add = [&kernels](std::string name, std::string side, double ratio, std::function<void()> call) {
     Kernel k;
@@ -171,6 +178,15 @@ int run(const Options& o) {
                                               sum.data());
                        }
                        clobber(sum.data());
+                     });
+  add("sign pull encode", "server", 0.0, [&] {
+                       hpcps::ps::compress_sign_pull(gradient.data(), view.data(), n, pull_message.data());
+                       clobber(view.data());
+                       clobber(pull_message.data());
+                     });
+  add("sign pull add", "worker", 0.0, [&] {
+                       hpcps::ps::add_sign_pull(pull_message.data(), n, pulled.data());
+                       clobber(pulled.data());
                      });
   for (std::size_t j = 0; j < rs; ++j) {
     const std::size_t k = counts[j];
