@@ -19,6 +19,7 @@
 
 #include "error_feedback.hpp"
 #include "synthetic_data.hpp"
+#include "train_clocks.hpp"
 
 namespace {
 
@@ -133,27 +134,14 @@ void check_views(std::size_t parameters, std::size_t piece, bool sign_push, std:
   Server ps(world, net, hpcps::backend::Cpu(1), options, Sync{}, hpcps::optim::MomentumSgd(0.05f));
   const auto workers = static_cast<std::size_t>(ps.layout().workers());
   const auto data = hpcps_test::dyadic(steps * b * workers, net.input_size());
-  std::vector<float> mine;
-  if (ps.is_worker()) {
-    auto& worker = ps.worker();
-    worker.start();
-    for (std::size_t t = 0; t < steps; ++t) {
-      const std::size_t first = (t * workers + static_cast<std::size_t>(ps.worker_index())) * b;
-      worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
-    }
-    for (std::size_t t = 0; t < idle; ++t) worker.step(nullptr, nullptr, 0);
-    worker.finish();
-    mine = worker.parameters();
-  } else {
-    ps.server().run();
-  }
+  const hpcps_test::Trained trained = hpcps_test::train_clocks(ps, data, b, steps, idle);
   INFO(Sync::name << ", " << parameters << " parameters in pieces of " << piece << (sign_push ? ", sign pushes" : "")
                   << ", " << idle << " idle clocks");
   const std::size_t n = net.parameter_count();
   for (std::size_t w = 0; w < workers; ++w) {
     std::vector<float> held(n);
     const int rank = ps.layout().worker_rank(static_cast<int>(w));
-    if (world.rank() == rank) held = mine;
+    if (world.rank() == rank) held = trained.worker;
     world.broadcast(held.data(), n, rank);
     if (!ps.is_server()) continue;
     const auto range = ps.server().range();

@@ -18,9 +18,11 @@ struct Trained {
 };
 
 // Collective: worker w trains clock t on rows [(t W + w) b, (t W + w + 1) b) of `data` for `steps`
-// clocks and finishes; the servers serve until every worker has.
+// clocks, takes part in `idle` more clocks without a batch, and finishes; the servers serve until
+// every worker has.
 template <class Server>
-Trained train_clocks(Server& ps, const hpcps::data::Dataset& data, std::size_t b, std::size_t steps) {
+Trained train_clocks(Server& ps, const hpcps::data::Dataset& data, std::size_t b, std::size_t steps,
+                     std::size_t idle = 0) {
   const auto workers = static_cast<std::size_t>(ps.layout().workers());
   Trained out;
   if (ps.is_worker()) {
@@ -30,6 +32,7 @@ Trained train_clocks(Server& ps, const hpcps::data::Dataset& data, std::size_t b
       const std::size_t first = (t * workers + static_cast<std::size_t>(ps.worker_index())) * b;
       worker.step(data.images.data() + first * data.features, data.labels.data() + first, b);
     }
+    for (std::size_t t = 0; t < idle; ++t) worker.step(nullptr, nullptr, 0);
     worker.finish();
     out.worker = worker.parameters();
     out.residual = worker.residual();
