@@ -144,9 +144,9 @@ void check_views(std::size_t parameters, std::size_t piece, bool sign_push, std:
     if (world.rank() == rank) held = trained.worker;
     world.broadcast(held.data(), n, rank);
     if (!ps.is_server()) continue;
-    const auto range = ps.server().range();
+    const auto range = trained.range;
     const float* view = ps.server().pull_view(w);
-    const std::vector<float> master = ps.server().parameters();
+    const std::vector<float>& master = trained.master;
     std::size_t unequal = 0;
     double largest = 0.0, farthest = 0.0;
     for (std::size_t i = 0; i < range.size(); ++i) {

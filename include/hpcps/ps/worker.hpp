@@ -128,6 +128,7 @@ class Worker {
     std::size_t pull_words = 0;
     for (int s = 0; s < layout.servers(); ++s) {
       count_only_push_.emplace_back(comm::Segments{{&count_slot_, 1}});
+      pull_first_piece_.push_back(pull_message_at_.size());
       for (std::size_t k = 0; k < layout.pieces(s); ++k) {
         pull_order_.push_back({s, k});
         push_order_.push_back({s, k});
@@ -382,9 +383,7 @@ class Worker {
   bool signs_pulled() const { return sign_pull_ && !full_pull_; }
   // Piece k of server s's part of a scaled-sign pull.
   std::uint32_t* pull_message(int s, std::size_t k) {
-    std::size_t first = 0;  // the pieces of the servers before s
-    for (int t = 0; t < s; ++t) first += layout_.pieces(t);
-    return pull_messages_.data() + pull_message_at_[first + k];
+    return pull_messages_.data() + pull_message_at_[pull_first_piece_[static_cast<std::size_t>(s)] + k];
   }
   void start_local_server() {
     if (start_local_) std::exchange(start_local_, nullptr)();
@@ -591,6 +590,7 @@ class Worker {
   bool full_pull_ = true;   // the pull being posted or completed is a run's first: fp32
   std::vector<std::uint32_t> pull_messages_;  // scaled-sign pulls: each piece's message, by server, then piece
   std::vector<std::size_t> pull_message_at_;  // where each starts, in the same order
+  std::vector<std::size_t> pull_first_piece_;  // by server: its piece 0's index in pull_message_at_
   detail::CompressedSlots slots_;
   std::vector<std::size_t> first_slot_;
   std::vector<const float*> node_params_;  // by server: its shard's parameters, where it shares memory with this worker
