@@ -59,6 +59,7 @@ struct Config {
   float top_k_momentum = 0.0f;     // with --top-k or --sign-push: momentum correction on the workers (DGC); 0: off
   bool sign_push = false;          // scaled-sign pushes with error feedback: a bit per element and a scale
   bool sign_pull = false;          // scaled-sign pulls of what changed, error feedback on the servers
+  unsigned sign_pull_passes = 1;   // passes of scaled signs per pull
   std::size_t piece_floats = hpcps::ps::Layout::default_piece_floats;  // largest push/pull message
   bool overlap = true;             // push pieces during backpropagation
   bool shared_memory = true;       // ranks on one node exchange through a shared-memory window
@@ -175,6 +176,9 @@ inline void add_common_options(CLI::App& app, Config& cfg) {
   app.add_flag("--sign-pull", cfg.sign_pull,
                "Pull, after a run's first fp32 pull, the scaled signs of what changed since what the worker holds (one bit "
                "per element, one scale per 1024); the servers keep the rest for later pulls (error feedback). --pull-wire fp32");
+  app.add_option("--sign-pull-passes", cfg.sign_pull_passes,
+                 "With --sign-pull: passes of scaled signs per pull, each of what the passes before it left")
+      ->capture_default_str()->check(CLI::Range(1u, 4u));
   app.add_option("--piece-floats", cfg.piece_floats, "Largest push/pull message in floats (a shard travels as pieces)")
       ->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   app.add_flag("!--no-overlap", cfg.overlap, "Push after the whole gradient instead of during backpropagation");
@@ -496,6 +500,7 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
   options.top_k_momentum = cfg.top_k_momentum;
   options.sign_push = cfg.sign_push;
   options.sign_pull = cfg.sign_pull;
+  options.sign_pull_passes = cfg.sign_pull_passes;
   options.piece_floats = cfg.piece_floats;
   options.overlap = cfg.overlap;
   options.shared_memory = cfg.shared_memory && cfg.backup_workers == 0;  // backup workers exchange point to point
@@ -520,7 +525,9 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
                                            : std::string(),
                            cfg.top_k_momentum > 0.0f ? fmt::format(" (momentum correction {})", cfg.top_k_momentum)
                                                      : std::string()),
-               cfg.sign_pull ? std::string("scaled-sign") : cfg.pull_wire,
+               cfg.sign_pull ? (cfg.sign_pull_passes > 1 ? fmt::format("scaled-sign x{}", cfg.sign_pull_passes)
+                                                         : std::string("scaled-sign"))
+                             : cfg.pull_wire,
                describe_transport(ps));
     if (cfg.slow_worker >= 0) {
       fmt::print("worker {} is slowed down {}x{}\n", cfg.slow_worker, cfg.slowdown,
@@ -638,7 +645,8 @@ int train(const Problem<Network>& p, Sync sync, Optimizer optimizer) {
       json.field("slow_worker", cfg.slow_worker).field("slowdown", cfg.slowdown).field("balance", cfg.balance);
       json.field("slow_period", cfg.slow_period).field("backup_workers", cfg.backup_workers);
       json.field("wire", cfg.wire).field("pull_wire", cfg.pull_wire).field("top_k", cfg.top_k);
-      json.field("top_k_momentum", cfg.top_k_momentum).field("sign_push", cfg.sign_push).field("sign_pull", cfg.sign_pull);
+      json.field("top_k_momentum", cfg.top_k_momentum).field("sign_push", cfg.sign_push);
+      json.field("sign_pull", cfg.sign_pull).field("sign_pull_passes", cfg.sign_pull_passes);
       json.field("piece_floats", cfg.piece_floats).field("overlap", cfg.overlap);
       json.field("shared_memory_requested", cfg.shared_memory).field("shared_data_requested", cfg.shared_data);
       json.field("data_per_node", cfg.data_per_node);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hpcps/hpcps.hpp"
@@ -102,6 +103,34 @@ TEST_CASE("repeated scaled-sign pulls bring the view to the parameters", "[sign_
   CHECK(previous < 1e-3 * start);
 }
 
+TEST_CASE("a pull of two passes is two pulls in one message and leaves less behind", "[sign_pull]") {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const std::size_t n : {std::size_t{7}, 2 * hpcps::ps::sign_block + 77}) {
+    INFO("n = " << n);
+    std::vector<float> parameters(n), view(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      view[i] = normal(rng);
+      parameters[i] = view[i] + 0.1f * normal(rng);
+    }
+    std::vector<float> once(view), twice(view), worker(view);
+    const std::size_t words = hpcps::ps::sign_pull_words(n);
+    CHECK(hpcps::ps::sign_pull_words(n, 2) == 2 * words);
+    std::vector<std::uint32_t> separate(2 * words), together(2 * words + 1, 0xFFFFFFFFu);
+    hpcps::ps::compress_sign_pull(parameters.data(), once.data(), n, separate.data());
+    const double after_one = squared_distance(parameters, once, 0, n);
+    hpcps::ps::compress_sign_pull(parameters.data(), once.data(), n, separate.data() + words);
+    hpcps::ps::compress_sign_pull(parameters.data(), twice.data(), n, together.data(), 2);
+    CHECK(together.back() == 0xFFFFFFFFu);
+    together.pop_back();
+    CHECK(together == separate);
+    CHECK(twice == once);
+    hpcps::ps::add_sign_pull(together.data(), n, worker.data(), 2);
+    CHECK(worker == twice);  // bit for bit
+    CHECK(squared_distance(parameters, twice, 0, n) < after_one);
+  }
+}
+
 TEST_CASE("a diverged model stays visible through a scaled-sign pull", "[sign_pull]") {
   std::vector<float> parameters{1.0f, std::numeric_limits<float>::quiet_NaN(), -2.0f}, view(3, 0.0f), worker(3, 0.0f);
   std::vector<std::uint32_t> message(hpcps::ps::sign_pull_words(3));
@@ -118,7 +147,8 @@ namespace {
 // worker bit for bit, and, after the idle clocks, the master copy up to `tolerance` of its
 // largest magnitude (where no other worker pushes after them).
 template <class Sync>
-void check_views(std::size_t parameters, std::size_t piece, bool sign_push, std::size_t idle, double tolerance) {
+void check_views(std::size_t parameters, std::size_t piece, bool sign_push, std::size_t idle, double tolerance,
+                 unsigned passes = 1) {
   using Net = hpcps_test::FixedGradient;
   using Server = hpcps::ParameterServer<Net, hpcps::backend::Cpu, Sync, hpcps::optim::MomentumSgd>;
   const auto world = hpcps::comm::Communicator::world();
@@ -131,12 +161,13 @@ void check_views(std::size_t parameters, std::size_t piece, bool sign_push, std:
   options.piece_floats = piece;
   options.sign_push = sign_push;
   options.sign_pull = true;
+  options.sign_pull_passes = passes;
   Server ps(world, net, hpcps::backend::Cpu(1), options, Sync{}, hpcps::optim::MomentumSgd(0.05f));
   const auto workers = static_cast<std::size_t>(ps.layout().workers());
   const auto data = hpcps_test::dyadic(steps * b * workers, net.input_size());
   const hpcps_test::Trained trained = hpcps_test::train_clocks(ps, data, b, steps, idle);
   INFO(Sync::name << ", " << parameters << " parameters in pieces of " << piece << (sign_push ? ", sign pushes" : "")
-                  << ", " << idle << " idle clocks");
+                  << ", " << idle << " idle clocks, " << passes << " pass(es)");
   const std::size_t n = net.parameter_count();
   for (std::size_t w = 0; w < workers; ++w) {
     std::vector<float> held(n);
@@ -184,6 +215,10 @@ TEST_CASE("scaled-sign pulls keep every worker equal to the server's view and lo
       check_views<hpcps::sync::StaleSynchronous>(parameters, piece, sign_push, 60, 1e-5);
     }
   }
+  // Two passes a pull: the same invariants, a message twice as long.
+  check_views<hpcps::sync::Synchronous>(2 * block + 77, 3 * block, true, 0, 0.0, 2);
+  check_views<hpcps::sync::Synchronous>(2 * block + 77, 3 * block, true, 60, 1e-5, 2);
+  if (world.size() >= 2) check_views<hpcps::sync::Asynchronous>(53, 10, true, 0, 0.0, 2);
 }
 
 TEST_CASE("scaled-sign pulls train a network as dense pulls do", "[sign_pull][mpi]") {
@@ -231,7 +266,8 @@ TEST_CASE("scaled-sign pulls train a network as dense pulls do", "[sign_pull][mp
   CHECK(losses[1] < 0.5 * std::log(3.0));
 }
 
-TEST_CASE("scaled-sign pulls refuse a 16-bit pull wire and backup workers on every rank", "[sign_pull][mpi]") {
+TEST_CASE("scaled-sign pulls refuse a 16-bit pull wire, passes out of range and backup workers on every rank",
+          "[sign_pull][mpi]") {
   using Net = hpcps::nn::Mlp<hpcps::nn::Relu>;
   using Server = hpcps::ParameterServer<Net, hpcps::backend::Cpu, hpcps::sync::Synchronous, hpcps::optim::StandardSgd>;
   const auto world = hpcps::comm::Communicator::world();
@@ -244,6 +280,12 @@ TEST_CASE("scaled-sign pulls refuse a 16-bit pull wire and backup workers on eve
   CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
                     Catch::Contains("scaled-sign pull") && Catch::Contains("not fp16"));
   options.pull_wire = hpcps::ps::WireFormat::fp32;
+  for (const unsigned passes : {0u, 5u}) {
+    options.sign_pull_passes = passes;
+    CHECK_THROWS_WITH(Server(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f)),
+                      Catch::Contains("sign_pull_passes = " + std::to_string(passes)) && Catch::Contains("1 to 4"));
+  }
+  options.sign_pull_passes = 1;
   if (world.size() >= 3) {
     options.shared_memory = false;
     Server ps(world, net, hpcps::backend::Cpu(1), options, {}, hpcps::optim::StandardSgd(0.1f));

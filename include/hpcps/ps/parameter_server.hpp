@@ -115,6 +115,9 @@ class ParameterServer {
     // its shard as the workers hold it (synchronous: one copy; otherwise one per worker). pull_wire
     // fp32; no local shortcut, shared memory or backup workers. With any push.
     bool sign_pull = false;
+    // Passes of scaled signs per sign pull, 1 to 4: pass j sends what passes 0 .. j-1 left of the
+    // difference, so each pass costs a pull's bytes again and leaves less for later pulls.
+    unsigned sign_pull_passes = 1;
     // Push each piece of the gradient as soon as backpropagation has finished it, while the
     // layers below are still computed (networks that report progress, host-memory backends).
     bool overlap = true;
@@ -140,6 +143,8 @@ class ParameterServer {
     return can_share_memory && options.shared_memory && fp32_wires(options) && !compressed_pushes(options) &&
            (options.servers != 0 || options.local_shortcut);
   }
+  // The passes of a scaled-sign pull; 0: dense pulls.
+  static unsigned sign_pull_passes(const Options& options) { return options.sign_pull ? options.sign_pull_passes : 0; }
   // Top-k or scaled-sign pushes: every piece is a message, and each worker keeps a residual.
   static bool compressed_pushes(const Options& options) { return options.top_k > 0.0 || options.sign_push; }
   // Both directions in fp32: what working on another component's arrays in place needs.
@@ -180,13 +185,14 @@ class ParameterServer {
       if (resumed_) std::copy(resumed_->parameters.begin(), resumed_->parameters.end(), initial.begin() + shard->begin);
       server_ = std::make_unique<server_type>(world_, layout_, layout_.server_index(world_.rank()), initial.data(),
                                               sync, server_rule(network, *shard, optimizer), options.wire,
-                                              options.pull_wire, options.top_k, options.sign_push, options.sign_pull);
+                                              options.pull_wire, options.top_k, options.sign_push,
+                                              sign_pull_passes(options));
       if (resumed_) restore_server_state();
     }
     if (layout_.role(world_.rank()) == ps::Role::worker) {
       worker_ = std::make_unique<worker_type>(world_, layout_, network, backend, options.max_batch, options.wire,
                                               options.pull_wire, options.overlap, options.top_k, options.sign_push,
-                                              options.sign_pull);
+                                              sign_pull_passes(options));
       if (options.top_k_momentum != 0.0f) worker_->set_momentum_correction(options.top_k_momentum);
       if (resumed_ && !resumed_->residual.empty()) {
         worker_->restore_residual(resumed_->residual);
@@ -235,7 +241,8 @@ class ParameterServer {
     c.add("top-k momentum correction (Options::top_k_momentum)",
           options.top_k_momentum == 0.0f ? "off" : fmt::format("{}", options.top_k_momentum));
     c.add("scaled-sign pushes (Options::sign_push)", options.sign_push ? "on" : "off");
-    c.add("scaled-sign pulls (Options::sign_pull)", options.sign_pull ? "on" : "off");
+    c.add("scaled-sign pulls (Options::sign_pull)",
+          options.sign_pull ? fmt::format("on, {} pass(es)", options.sign_pull_passes) : std::string("off"));
     c.add("piece size (Options::piece_floats)", std::to_string(options.piece_floats));
     c.add("number of servers (Options::servers)", std::to_string(options.servers));
     c.add("initialisation seed (Options::seed)", std::to_string(options.seed));
@@ -362,6 +369,11 @@ class ParameterServer {
       throw Error(fmt::format("ParameterServer: scaled-sign pushes send bits and an fp32 scale; set the push wire "
                               "(Options::wire) to fp32, not {}",
                               ps::wire_name(options.wire)));
+    }
+    if (options.sign_pull && (options.sign_pull_passes < 1 || options.sign_pull_passes > 4)) {
+      throw Error(fmt::format("ParameterServer: Options::sign_pull_passes = {}: a scaled-sign pull takes 1 to 4 "
+                              "passes, a bit an element each (for more, a 16-bit Options::pull_wire)",
+                              options.sign_pull_passes));
     }
     if (network_has_state && compressed_pushes(options)) {
       // The state slots carry each worker's batch statistics for the servers to average: held

@@ -77,7 +77,7 @@ class Server {
  public:
   Server(const comm::Communicator& world, const Layout& layout, int index, const float* initial_parameters,
          Sync sync, Optimizer optimizer, WireFormat push_wire = WireFormat::fp32,
-         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0, bool sign = false, bool sign_pull = false)
+         WireFormat pull_wire = WireFormat::fp32, double top_k = 0.0, bool sign = false, unsigned sign_pull = 0)
       : world_(world),
         layout_(layout),
         index_(index),
@@ -367,7 +367,9 @@ class Server {
       }
       if (shared_window_) shared_window_->sync();  // the updated piece, before the messages that announce it
       if (remaining_ > 0) {
-        if (sign_pull_) compress_sign_pull(params_ + p.begin, view(0) + p.begin, p.size(), pull_message(0, k));
+        if (sign_pull_) {
+          compress_sign_pull(params_ + p.begin, view(0) + p.begin, p.size(), pull_message(0, k), sign_pull_);
+        }
         for (std::size_t w = 0; w < workers; ++w) {
           if (active_[w] && w != local_) piece_replies_[k].add(reply(w, k));
         }
@@ -705,7 +707,7 @@ class Server {
     const std::size_t views = Sync::aggregates ? 1 : workers;
     for (const data::Range& p : pieces_) {
       pull_message_at_.push_back(pull_message_words_);
-      pull_message_words_ += sign_pull_words(p.size());
+      pull_message_words_ += sign_pull_words(p.size(), sign_pull_);
     }
     views_.assign(views * range_.size(), 0.0f);
     pull_messages_.assign(views * pull_message_words_, 0);
@@ -747,8 +749,10 @@ class Server {
       }
       // The aggregating loop encoded the piece once for everyone (serve_clock); this worker's
       // previous reply is complete (run_individual waits for all replies before answering).
-      if constexpr (!Sync::aggregates) compress_sign_pull(params_ + p.begin, view(c) + p.begin, p.size(), pull_message(c, k));
-      return world_.isend(pull_message(c, k), sign_pull_words(p.size()), rank, tags::params);
+      if constexpr (!Sync::aggregates) {
+        compress_sign_pull(params_ + p.begin, view(c) + p.begin, p.size(), pull_message(c, k), sign_pull_);
+      }
+      return world_.isend(pull_message(c, k), sign_pull_words(p.size(), sign_pull_), rank, tags::params);
     }
     if (pull_wire_ == WireFormat::fp32) return world_.isend(params_ + p.begin, p.size(), rank, tags::params);
     return world_.isend(params_wire_.data() + p.begin, p.size(), rank, tags::params);
@@ -784,7 +788,7 @@ class Server {
   typename Optimizer::State state_;
   double top_k_ = 0.0;  // 0: dense pushes
   bool sign_ = false;  // scaled-sign pushes
-  bool sign_pull_ = false;  // scaled-sign pulls (prepare_sign_pulls)
+  unsigned sign_pull_ = 0;  // scaled-sign pulls: their passes, 0 without (prepare_sign_pulls)
   std::vector<float> views_;  // by view: the shard as its worker(s) hold it
   std::vector<std::uint32_t> pull_messages_;  // by view, then piece: the latest pull's scales and signs
   std::vector<std::size_t> pull_message_at_;  // where piece k's message starts in a view's

@@ -18,6 +18,11 @@
 // A message of a piece of n elements is one array of 32-bit words, sign_pull_words(n) of them:
 // the bits of each block's fp32 scale, then the words of signs. One contiguous array, so it
 // leaves as one plain message, not a struct. No MPI here.
+//
+// A pull may carry several passes, one after the other in the message: pass j encodes what is
+// left of (parameters - view) after passes 0 .. j-1 were added to the view. Two passes take two
+// bits an element and leave less behind: 1 - 2/pi of the difference's energy stays after one pass
+// of Gaussian values, about its square after two.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -27,25 +32,26 @@
 
 namespace hpcps::ps {
 
-// 32-bit words of a pull message of n elements: the scales, then the signs.
-constexpr std::size_t sign_pull_words(std::size_t n) { return sign_scales(n) + sign_words(n); }
+// 32-bit words of a pull message of n elements: per pass, the scales, then the signs.
+constexpr std::size_t sign_pull_words(std::size_t n, unsigned passes = 1) {
+  return passes * (sign_scales(n) + sign_words(n));
+}
 
-// parameters[i] += +-scale of i's block, the sign from the message: what a worker does with a
-// pull, and what the server does with its view of that worker.
-inline void add_sign_pull(const std::uint32_t* message, std::size_t n, float* parameters) {
-  const std::uint32_t* words = message + sign_scales(n);
-  for (std::size_t b = 0, begin = 0; begin < n; ++b, begin += sign_block) {
-    const std::size_t size = n - begin < sign_block ? n - begin : sign_block;
-    detail::add_signs_block(wire::float_of(message[b]), words + begin / 32, size, parameters + begin);
+// parameters[i] += +-scale of i's block, the sign from the message, pass after pass: what a
+// worker does with a pull, and what the server does with its view of that worker.
+inline void add_sign_pull(const std::uint32_t* message, std::size_t n, float* parameters, unsigned passes = 1) {
+  for (unsigned pass = 0; pass < passes; ++pass, message += sign_pull_words(n)) {
+    const std::uint32_t* words = message + sign_scales(n);
+    for (std::size_t b = 0, begin = 0; begin < n; ++b, begin += sign_block) {
+      const std::size_t size = n - begin < sign_block ? n - begin : sign_block;
+      detail::add_signs_block(wire::float_of(message[b]), words + begin / 32, size, parameters + begin);
+    }
   }
 }
 
-// message <- the scaled signs of (parameters - view) over n elements, then view += them
-// (add_sign_pull): the view is then what the worker holds once it has added the message. The
-// magnitudes are summed in double in a fixed order, as in compress_sign: the same message on
-// every run. A NaN or an inf in the parameters makes its block's scale NaN or inf, so a diverged
-// model still shows on the worker.
-inline void compress_sign_pull(const float* parameters, float* view, std::size_t n, std::uint32_t* message) {
+namespace detail {
+// One pass of compress_sign_pull.
+inline void compress_sign_pull_pass(const float* parameters, float* view, std::size_t n, std::uint32_t* message) {
   std::uint32_t* words = message + sign_scales(n);
   for (std::size_t b = 0, begin = 0; begin < n; ++b, begin += sign_block) {
     const std::size_t size = n - begin < sign_block ? n - begin : sign_block;
@@ -75,6 +81,19 @@ inline void compress_sign_pull(const float* parameters, float* view, std::size_t
     }
   }
   add_sign_pull(message, n, view);
+}
+}  // namespace detail
+
+// message <- the scaled signs of (parameters - view) over n elements, then view += them
+// (add_sign_pull), `passes` times: the view is then what the worker holds once it has added the
+// message. The magnitudes are summed in double in a fixed order, as in compress_sign: the same
+// message on every run. A NaN or an inf in the parameters makes its block's scale NaN or inf, so
+// a diverged model still shows on the worker.
+inline void compress_sign_pull(const float* parameters, float* view, std::size_t n, std::uint32_t* message,
+                               unsigned passes = 1) {
+  for (unsigned pass = 0; pass < passes; ++pass, message += sign_pull_words(n)) {
+    detail::compress_sign_pull_pass(parameters, view, n, message);
+  }
 }
 
 }  // namespace hpcps::ps

@@ -90,7 +90,7 @@ class Worker {
 
   Worker(const comm::Communicator& world, const Layout& layout, const Network& network, const Backend& backend,
          std::size_t max_batch, WireFormat push_wire = WireFormat::fp32, WireFormat pull_wire = WireFormat::fp32,
-         bool overlap = true, double top_k = 0.0, bool sign = false, bool sign_pull = false)
+         bool overlap = true, double top_k = 0.0, bool sign = false, unsigned sign_pull = 0)
       : world_(world),
         layout_(layout),
         network_(network),
@@ -133,7 +133,7 @@ class Worker {
         pull_order_.push_back({s, k});
         push_order_.push_back({s, k});
         pull_message_at_.push_back(pull_words);
-        pull_words += sign_pull_words(layout.piece(s, k).size());
+        pull_words += sign_pull_words(layout.piece(s, k).size(), sign_pull_);
       }
       pieces += layout.pieces(s);
     }
@@ -507,7 +507,7 @@ class Worker {
       if (node_params_[static_cast<std::size_t>(s)]) {
         receives_.add(world_.irecv(params_ + p.begin, 0, rank, tags::params));  // "piece k is ready"
       } else if (signs_pulled()) {
-        receives_.add(world_.irecv(pull_message(s, k), sign_pull_words(p.size()), rank, tags::params));
+        receives_.add(world_.irecv(pull_message(s, k), sign_pull_words(p.size(), sign_pull_), rank, tags::params));
       } else if (pull_wire_ == WireFormat::fp32) {
         receives_.add(world_.irecv(params_ + p.begin, p.size(), rank, tags::params));
       } else {
@@ -532,7 +532,7 @@ class Worker {
           continue;
         }
         if (signs_pulled()) {
-          add_sign_pull(pull_message(s, k), p.size(), params_ + p.begin);
+          add_sign_pull(pull_message(s, k), p.size(), params_ + p.begin, sign_pull_);
         } else if (convert) {
           wire::decode(pull_wire_, params_wire_.data() + p.begin, p.size(), params_ + p.begin);
         }
@@ -586,7 +586,7 @@ class Worker {
   float momentum_correction_ = 0.0f;
   std::vector<float> velocity_;  // with momentum correction, else empty
   bool sign_ = false;  // scaled-sign pushes
-  bool sign_pull_ = false;  // scaled-sign pulls
+  unsigned sign_pull_ = 0;  // scaled-sign pulls: their passes, 0 without
   bool full_pull_ = true;   // the pull being posted or completed is a run's first: fp32
   std::vector<std::uint32_t> pull_messages_;  // scaled-sign pulls: each piece's message, by server, then piece
   std::vector<std::size_t> pull_message_at_;  // where each starts, in the same order
