@@ -22,8 +22,11 @@ of the same layout and wait where that runs, else of the same layout.
 example); or topk<r>[/<pull>]: top-k pushes of the share r with error feedback (--top-k r) and pulls
 in <pull> (fp32 unless named), e.g. "hpcps topk0.01/fp16 colocated"; topk<r>mc adds momentum
 correction; or sign[mc][/<pull>]: scaled-sign pushes with error feedback (--sign-push), mc as for top-k,
-where <pull> may also be sign: scaled-sign pulls with error feedback on the servers (--sign-pull).
-Every run trains at most --max-epochs (the PyTorch runs stop at the target with --stop-at-target);
+where <pull> may also be sign: scaled-sign pulls with error feedback on the servers (--sign-pull), or
+sign2 .. sign4: that many passes of scaled signs a pull (--sign-pull-passes).
+Every run trains at most --max-epochs, or the epochs --epochs-for gives its configuration (a faster
+wire may get more epochs for the same wall time; the PyTorch runs stop at the target with
+--stop-at-target);
 runs are interleaved, the order rotated each repeat; the seed is --seed + repeat for every
 configuration. Per configuration: the training seconds to the target (evaluation
 excluded), the final accuracy and samples/s, median and min-max; per hpcps configuration its
@@ -64,8 +67,10 @@ def wire_arguments(wire):
         return ["--wire", wire, "--pull-wire", wire]
     if wire.startswith("sign"):
         rest, _, pull = wire.partition("/")
-        if rest in ("sign", "signmc") and pull in ("", "fp32", "bf16", "fp16", "sign"):
-            pulls = ["--sign-pull"] if pull == "sign" else ["--pull-wire", pull or "fp32"]
+        if rest in ("sign", "signmc") and pull in ("", "fp32", "bf16", "fp16", "sign", "sign2", "sign3", "sign4"):
+            pulls = ["--pull-wire", pull or "fp32"]
+            if pull.startswith("sign"):
+                pulls = ["--sign-pull", "--sign-pull-passes", pull[len("sign"):] or "1"]
             return ["--wire", "fp32", "--sign-push", *pulls, *(["--top-k-momentum", "0.9"] if rest == "signmc" else [])]
     if wire.startswith("topk"):
         ratio, _, pull = wire[len("topk"):].partition("/")
@@ -99,6 +104,10 @@ def known(name):
         return False
     return True
 TARGETS = {"mlp": 0.88, "cnn": 0.91}
+
+
+def max_epochs(args, name):
+    return args.epochs_for.get(name, args.max_epochs)
 
 
 def link_env(args, **extra):
@@ -156,7 +165,8 @@ def run_hpcps(args, name, seed, tmp):
     cmd = pretend(args, nodes) + [
         program, "--servers", str(servers), "--batch", str(args.batch), *optimizer_arguments(wire), "--lr", str(args.lr),
         "--schedule", "constant", *wire_arguments(wire),
-        "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--epochs", str(args.max_epochs), "--threads", "1",
+        "--evaluations-per-epoch", str(args.evaluations_per_epoch), "--epochs", str(max_epochs(args, name)),
+        "--threads", "1",
         "--seed", str(seed), "--report", report_path]
     env = link_env(args, **({"HPCPS_WAIT": wait[0]} if wait else {}))
     stdout, wall, finalize_hang = execute_reported(cmd, env, args.timeout + 60)
@@ -172,7 +182,7 @@ def run_hpcps(args, name, seed, tmp):
 def run_ddp(args, name, seed):
     cmd = pretend(args, 2) + [
         sys.executable, os.path.join(HERE, "peers", "pytorch_ddp.py"), "--launcher", "mpiexec", "--master-addr",
-        "10.223.0.1", "--threads", "1", "--model", args.model, "--epochs", str(args.max_epochs), "--batch",
+        "10.223.0.1", "--threads", "1", "--model", args.model, "--epochs", str(max_epochs(args, name)), "--batch",
         str(args.batch), "--lr", str(args.lr), "--seed", str(seed), "--evaluations-per-epoch",
         str(args.evaluations_per_epoch)]
     cmd += ["--fp16-hook"] if name == "DDP fp16 hook" else []
@@ -203,7 +213,9 @@ def report(args, names, runs, repeats, total):
             per_repeat = per_repeat_ratio(runs[n], best)
             ratios[f"{n} / faster DDP"] = {"summary": summary(per_repeat), "per_repeat": per_repeat}
     out = {"benchmark": "link_study", "model": args.model, "rate": args.rate, "delay": args.delay,
-           "target": args.target, "max_epochs": args.max_epochs, "evaluations_per_epoch": args.evaluations_per_epoch,
+           "target": args.target, "max_epochs": args.max_epochs,
+           "max_epochs_per_configuration": {n: max_epochs(args, n) for n in names},
+           "evaluations_per_epoch": args.evaluations_per_epoch,
            "batch": args.batch, "lr": args.lr, "momentum": 0.9, "schedule": "constant", "repeats": repeats,
            "seeds": "seed + repeat", "stop_at_target": args.stop_at_target, "build": args.build,
            "torch_version": subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
@@ -227,6 +239,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--target", type=float, default=None, help="test accuracy to reach (mlp 0.88, cnn 0.91)")
     p.add_argument("--max-epochs", type=int, default=15)
+    p.add_argument("--epochs-for", action="append", default=[], metavar="CONFIGURATION=EPOCHS",
+                   help="at most EPOCHS for this configuration instead of --max-epochs (repeatable)")
     p.add_argument("--evaluations-per-epoch", type=int, default=4)
     p.add_argument("--batch", type=int, default=128, help="global batch")
     p.add_argument("--lr", type=float, default=0.02)
@@ -239,6 +253,13 @@ def main():
     args = p.parse_args()
     args.target = TARGETS[args.model] if args.target is None else args.target
     names = [n.strip() for n in args.configs.split(",")]
+    epochs_for = {}
+    for item in args.epochs_for:
+        name, _, epochs = item.rpartition("=")
+        if name.strip() not in names or not epochs.isdigit() or int(epochs) < 1:
+            p.error(f"--epochs-for {item!r}: expected CONFIGURATION=EPOCHS with a configuration of --configs")
+        epochs_for[name.strip()] = int(epochs)
+    args.epochs_for = epochs_for
     unknown = [n for n in names if not known(n)]
     if unknown:
         p.error(f"unknown configurations {unknown}; choose from {CONFIGS}, or another top-k ratio, sign or pull wire")

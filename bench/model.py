@@ -895,8 +895,13 @@ def link_only(args, rates):
     if args.cnn_step:
         with open(args.cnn_step) as f:
             cnn_steps = json.load(f)
+    schedulers = {}
+    for path in filter(None, args.link_scheduler.split(",")):
+        with open(path) as f:
+            data = json.load(f)
+        schedulers[data.get("wait_mode", "adaptive")] = SchedulerRates(data)
     rows = model_link.validate_link(link_rates, message, exchange, top_k_rates, studies, sizes, parameter_count(sizes),
-                                    args.optimizer, cnn_steps)
+                                    args.optimizer, cnn_steps, schedulers)
     model_link.print_link_validation(rows)
     errors = [abs(r["samples_per_second_error"]) for r in rows]
     within = sum(e <= 0.15 for e in errors)
@@ -915,6 +920,7 @@ def link_only(args, rates):
     model_link.plot_link(rows, ext, plot)
     out = {"benchmark": "model_link", "rates_file": args.rates, "link_rates_file": args.link_rates,
            "top_k_rates_file": args.top_k_rates, "cnn_step_file": args.cnn_step,
+           "link_scheduler_files": [p for p in args.link_scheduler.split(",") if p],
            "studies": [p for p, _ in studies], "optimizer": args.optimizer,
            "link_table": table, "equations": model_link.__doc__, "validation": rows,
            "validation_within_15_percent": f"{within}/{len(rows)}",
@@ -971,6 +977,10 @@ def main():
     p.add_argument("--cnn-step", default=None,
                    help="bench/cnn_step output at the CNN runs' worker batch, one thread, measured the day of "
                         "--link-rates: the compute of the CNN link studies (bench/link_study.py --model cnn)")
+    p.add_argument("--link-scheduler", default="",
+                   help="--link-only: comma-separated bench/scheduler_rates.py outputs measured on the machine of "
+                        "--link-rates, one per HPCPS_WAIT of the runs: where the pretend nodes' processes outnumber "
+                        "its cores, the workers' compute and encoding are slowed by the measured factor")
     p.add_argument("--link-alpha", type=float, default=25e-6, help="extrapolation: ASSUMED one-way latency, seconds")
     p.add_argument("--link-gbits", default="1,10,25,100", help="extrapolation: link bandwidths, Gbit/s")
     p.add_argument("--link-workers", default="64,256,1024", help="extrapolation: worker counts")

@@ -15,12 +15,19 @@ parameters in S shards (colocated: S = W, every rank a worker and a server):
 
 with m_push = 4 P/S + 4 bytes (fp32), 2 P/S + 4 (fp16, bf16), 8 ceil(r P/S) (top-k r: an index and a
 value per element sent), 4 ceil(P/S / 32) + 4 ceil(P/S / 1024) + 4 (scaled sign: a bit per element,
-an fp32 scale per block of 1024) and m_pull = 4 or 2 bytes x P/S, or a scaled sign's bytes (sign
+an fp32 scale per block of 1024) and m_pull = 4 or 2 bytes x P/S, or a scaled sign's bytes times its passes (sign
 pulls, ps/sign_pull.hpp); T_encode the top-k selection (or the scaled-sign or 16-bit encoding) of the
 P floats a worker pushes, at the measured rate; a sign pull adds the server's encoding of its shard
 (once a clock: one view for every worker) to T_server and the worker's decoding of the P floats to
 T_encode (bench/top_k_rates: "sign pull encode", "sign pull add"). Ring allreduce: 2 (n - 1) t(bytes x P/n) plus the
 same compute and update.
+
+The pretend nodes are network namespaces of one machine: the dedicated layout runs 3 processes on
+2 cores. Given bench/scheduler_rates' measurement of that machine, one per wait mode of the runs
+(model.py --link-scheduler), the workers' compute and encoding are multiplied by its
+oversubscription factor at the worker's compute time: what the scheduler does to a superstep of 3
+ranks that compute and then wait for one another. The link's phases and the server's kernels are
+not (the link keeps its pace; the server works while the workers wait).
 
 It predicts samples/s of the runs of bench/link_study.py and their time to the target (the run's
 own epochs to the target, which the model does not predict, over the predicted rate), and
@@ -55,13 +62,13 @@ SIGN_BLOCK = 1024  # elements per scale of a scaled-sign push (ps/sign_push.hpp'
 
 def parse_wire(token):
     """fp32 | fp16 | bf16 | topk<r>[mc][/<pull>] | sign[mc][/<pull>] (bench/link_study.py's tokens;
-    <pull> fp32, fp16, bf16 or sign)."""
+    <pull> fp32, fp16, bf16, or sign, sign2 .. sign4: scaled-sign pulls of that many passes)."""
     if token in ("fp32", "fp16", "bf16"):
         return {"top_k": 0.0, "sign": False, "push_bytes": FLOAT if token == "fp32" else 2,
-                "pull_bytes": FLOAT if token == "fp32" else 2, "sign_pull": False}
+                "pull_bytes": FLOAT if token == "fp32" else 2, "sign_pull": 0}
     head, _, pull = token.partition("/")
     pull_bytes = 2 if pull in ("fp16", "bf16") else FLOAT
-    sign_pull = pull == "sign"
+    sign_pull = int(pull[len("sign"):] or 1) if pull.startswith("sign") else 0  # passes a pull
     if head in ("sign", "signmc"):
         return {"top_k": 0.0, "sign": True, "push_bytes": None, "pull_bytes": pull_bytes, "sign_pull": sign_pull}
     ratio = head[len("topk"):]
@@ -123,7 +130,7 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
     shards = workers if colocated else servers
     shard = params / shards
     m_push = push_message_bytes(wire, shard)
-    m_pull = sign_message_bytes(shard) if wire["sign_pull"] else wire["pull_bytes"] * shard
+    m_pull = wire["sign_pull"] * sign_message_bytes(shard) if wire["sign_pull"] else wire["pull_bytes"] * shard
     links = (workers - 1) if colocated else max(workers, servers)
     if compute is None:
         compute = rates.gradient_seconds(sizes, worker_batch)[0]
@@ -134,8 +141,8 @@ def ps_link_clock(rates, message, top_k_rates, sizes, params, workers, servers, 
         push, pull = links * message(m_push), links * message(m_pull)
     server = server_seconds(rates, shard, workers, optimizer)
     if wire["sign_pull"]:
-        server += sign_pull_seconds(top_k_rates, "sign pull encode", shard)
-        encode += sign_pull_seconds(top_k_rates, "sign pull add", params)
+        server += wire["sign_pull"] * sign_pull_seconds(top_k_rates, "sign pull encode", shard)
+        encode += wire["sign_pull"] * sign_pull_seconds(top_k_rates, "sign pull add", params)
     total = compute + encode + push + server + pull
     return {"compute": compute, "encode": encode, "push": push, "server": server, "pull": pull, "total": total,
             "push_bytes": m_push, "pull_bytes": m_pull}
@@ -164,9 +171,26 @@ def cnn_step_seconds(cnn_steps, worker_batch):
                      f"build/bench/cnn_step --widths 32 --batch {worker_batch} --threads 1 --methods onednn --out FILE")
 
 
-def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params, optimizer, cnn_steps=None):
+def shared_cores_factor(schedulers, layout, wait, processes, compute):
+    """The pretend nodes of one machine share its cores: 3 processes (2 workers and a server) on 2
+    cores. `schedulers` maps a wait mode (HPCPS_WAIT) to bench/scheduler_rates' measurement of this
+    machine (model.SchedulerRates) taken with that wait; its factor at the worker's compute is how
+    much slower the scheduler makes a compute-then-exchange superstep of that many ranks than on
+    one core each. None where no measurement of that wait is given or the processes fit the cores."""
+    scheduler = schedulers.get(wait) if schedulers else None
+    if scheduler is None or processes <= scheduler.cores:
+        return None
+    return scheduler.factor(layout, processes, compute)
+
+
+def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params, optimizer, cnn_steps=None,
+                  schedulers=None):
     """Predicted against measured for every hpcps configuration of the link studies. A CNN study
-    (study["model"] == "cnn") needs `cnn_steps`, bench/cnn_step's JSON, for its compute and size."""
+    (study["model"] == "cnn") needs `cnn_steps`, bench/cnn_step's JSON, for its compute and size.
+    With `schedulers` (see shared_cores_factor), a layout with more processes than the machine's
+    cores has its workers' own work (compute and encoding) slowed by the measured factor; the link's
+    phases and the server's kernels are not (the link's time is the link's, and the server works
+    while the workers wait)."""
     rows = []
     for path, study in studies:
         batch = study["batch"]
@@ -184,6 +208,13 @@ def validate_link(rates, message, exchange, top_k_rates, studies, sizes, params,
             servers = 0 if parts[2] == "colocated" else 1
             clock = ps_link_clock(rates, message, top_k_rates, sizes, study_params, workers, servers, batch / workers,
                                   wire, "sgd" if "mc" in parts[1] else optimizer, exchange, compute)
+            layout = "colocated" if servers == 0 else "dedicated"
+            wait = parts[3] if len(parts) > 3 else "adaptive"
+            factor = shared_cores_factor(schedulers, layout, wait, workers + servers, clock["compute"])
+            clock["alone_total"] = clock["total"]
+            clock["shared_cores_factor"] = factor
+            if factor is not None:
+                clock["total"] += (factor - 1.0) * (clock["compute"] + clock["encode"])
             predicted = batch / clock["total"]
             measured = res["samples_per_second"]["median"]
             epochs = res["epoch_at_target"]["median"] if res.get("epoch_at_target") else None
@@ -212,7 +243,9 @@ def print_link_validation(rows):
         print(f"  {label:<34} {r['measured_samples_per_second']:>9,.0f} {r['predicted_samples_per_second']:>9,.0f} "
               f"{r['samples_per_second_error'] * 100:>+6.0f}%   {r['measured_clock_seconds'] * 1e3:>8.2f} "
               f"{c['total'] * 1e3:>8.2f}   {tt}   (compute {c['compute'] * 1e3:.2f}, encode {c['encode'] * 1e3:.2f}, "
-              f"push {c['push'] * 1e3:.2f}, server {c['server'] * 1e3:.2f}, pull {c['pull'] * 1e3:.2f} ms)")
+              f"push {c['push'] * 1e3:.2f}, server {c['server'] * 1e3:.2f}, pull {c['pull'] * 1e3:.2f} ms"
+              + (f"; shared cores x{c['shared_cores_factor']:.2f} on compute and encode, "
+                 f"{c['alone_total'] * 1e3:.2f} ms without)" if c.get("shared_cores_factor") else ")"))
 
 
 EXTRAPOLATED_WIRES = ["fp32", "fp16", "topk0.01", "topk0.01/fp16", "sign/fp16"]
